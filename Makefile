@@ -1,0 +1,46 @@
+# One-command entry points. The suite's own environment (.venv) has no torch; the vLLM CPU
+# server gets its own environment under $(VSE_CACHE), created on first use.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
+export VSE_CACHE
+SCENARIO ?= scenarios/cpu-smoke.yaml
+BACKEND ?=
+SET ?=
+RUN ?=
+BASE_RUN ?=
+CAND_RUN ?=
+NOISE_RUN ?=
+AA ?=
+
+.PHONY: compare report test setup check clean-venv
+
+$(VENV)/.installed: pyproject.toml
+	@echo "setup: creating the suite's environment in $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+compare: $(VENV)/.installed
+	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
+		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
+		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa)
+
+report: $(VENV)/.installed
+	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }
+	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN))
+
+setup: $(VENV)/.installed
+	$(PY) -m eval.cli setup
+
+check: $(VENV)/.installed
+	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
+
+test: $(VENV)/.installed setup
+	$(PY) -m pytest -q tests
+
+clean-venv:
+	rm -rf $(VENV)

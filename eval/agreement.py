@@ -1,0 +1,122 @@
+"""Cross-arm output agreement: the same prompts, greedy, with top-k logprobs, on both arms'
+servers. A numerically broken GEMM shows up here even where accuracy cannot be measured
+(a small model on CPU, random weights on GPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from .rundir import atomic_write_text
+from .scenario import AgreementSpec
+
+# Built-in prompts: short, varied, and with a clear greedy continuation for real models.
+BUILTIN_PROMPTS = [
+    "The capital of France is", "Water boils at a temperature of", "The largest planet in our solar system is",
+    "def fibonacci(n):\n", "Once upon a time, in a small village,", "The chemical symbol for gold is",
+    "1, 2, 3, 4, 5,", "To make a cup of tea, first", "The theory of relativity was developed by",
+    "SELECT name FROM users WHERE", "The three primary colors are", "In machine learning, a neural network is",
+    "The quick brown fox", "Photosynthesis is the process by which", "The first president of the United States was",
+    "import numpy as np\nx = np.", "A haiku about the sea:\n", "The speed of light is approximately",
+    "Translate to French: Good morning ->", "The square root of 144 is",
+]
+
+
+@dataclass
+class Completion:
+    prompt: str
+    text: str = ""
+    tokens: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    error: str = ""
+
+
+def prompts_for(spec: AgreementSpec) -> list[str]:
+    if spec.prompts_path:
+        with open(spec.prompts_path) as f:
+            rows = [json.loads(line)["prompt"] for line in f if line.strip()]
+    else:
+        rows = BUILTIN_PROMPTS
+    return [rows[i % len(rows)] for i in range(spec.num_prompts)]
+
+
+async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str, spec: AgreementSpec) -> Completion:
+    body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0.0,
+            "logprobs": max(spec.top_logprobs, 1), "seed": 0}
+    c = Completion(prompt)
+    try:
+        async with session.post(url, json=body) as r:
+            data = await r.json(content_type=None)
+            if r.status != 200:
+                c.error = f"HTTP {r.status}: {str(data)[:200]}"
+                return c
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        c.error = f"{type(e).__name__}: {e}"[:300]
+        return c
+    choice = data["choices"][0]
+    lp = choice.get("logprobs") or {}
+    c.text = choice.get("text", "")
+    c.tokens = list(lp.get("tokens") or [])
+    c.logprobs = [float(x) if x is not None else float("nan") for x in (lp.get("token_logprobs") or [])]
+    c.top_logprobs = [dict(t or {}) for t in (lp.get("top_logprobs") or [])]
+    return c
+
+
+async def _collect(base_url: str, model: str, spec: AgreementSpec, concurrency: int) -> list[Completion]:
+    url = base_url.rstrip("/") + "/v1/completions"
+    sem = asyncio.Semaphore(concurrency)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async def guarded(p: str) -> Completion:
+            async with sem:
+                return await _one(session, url, model, p, spec)
+        return list(await asyncio.gather(*(guarded(p) for p in prompts_for(spec))))
+
+
+def collect(base_url: str, model: str, spec: AgreementSpec, out: Path, concurrency: int = 8) -> list[Completion]:
+    """Greedy completions with logprobs from one arm; written to out (agreement.jsonl)."""
+    comps = asyncio.run(_collect(base_url, model, spec, concurrency))
+    atomic_write_text(out, "".join(json.dumps(asdict(c)) + "\n" for c in comps))
+    return comps
+
+
+def load(path: Path) -> list[Completion] | None:
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        return [Completion(**json.loads(line)) for line in f if line.strip()]
+
+
+def compare(base: list[Completion], cand: list[Completion]) -> dict[str, Any]:
+    """Exact-match rate of whole outputs, first divergence position, and |logprob difference|
+    of the chosen tokens while the two outputs still agree."""
+    pairs = [(b, c) for b, c in zip(base, cand) if not b.error and not c.error]
+    if not pairs:
+        return {"prompts": 0, "errors": len(base)}
+    exact, first_div, diffs = 0, [], []
+    for b, c in pairs:
+        n = min(len(b.tokens), len(c.tokens))
+        div = next((i for i in range(n) if b.tokens[i] != c.tokens[i]), n)
+        if b.text == c.text:
+            exact += 1
+        else:
+            first_div.append(div)
+        diffs += [abs(b.logprobs[i] - c.logprobs[i]) for i in range(div)
+                  if np.isfinite(b.logprobs[i]) and np.isfinite(c.logprobs[i])]
+    d = np.asarray(diffs or [0.0])
+    return {
+        "prompts": len(pairs), "errors": len(base) - len(pairs),
+        "exact_match_rate": exact / len(pairs),
+        "diverged": len(first_div),
+        "mean_first_divergence": float(np.mean(first_div)) if first_div else None,
+        "min_first_divergence": int(min(first_div)) if first_div else None,
+        "tokens_compared": len(diffs),
+        "abs_logprob_diff": {"mean": float(d.mean()), "median": float(np.median(d)),
+                             "p99": float(np.percentile(d, 99)), "max": float(d.max())},
+    }

@@ -1,0 +1,83 @@
+"""One benchmark repeat against one live server: scrape /metrics, drive the load, scrape
+again, and write the raw records and their settings to the run directory."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import metrics, server_metrics
+from .loadgen.client import RequestParams
+from .loadgen.datasets import Prompt, load_tokenizer
+from .loadgen.records import RequestRecord, read_jsonl, write_jsonl
+from .loadgen.runner import LoadShape, run_load
+from .rundir import read_json, write_json
+from .scenario import WorkloadSpec
+
+
+@dataclass
+class RepeatResult:
+    records: list[RequestRecord]
+    meta: dict[str, Any]
+
+
+def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
+    return LoadShape(max_concurrency=w.max_concurrency, request_rate=w.request_rate, burstiness=w.burstiness,
+                     duration_s=w.duration_s, seed=seed)
+
+
+def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec, out: Path, *,
+               repeat: int, tokenizer_path: str | None, prompts_sha: str, warmup: list[Prompt] = (),
+               extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> RepeatResult:
+    params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s)
+    count = None
+    if tokenizer_path:
+        tok = load_tokenizer(tokenizer_path)
+        count = lambda text: len(tok.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    shape = shape_of(w, seed=repeat)
+    warm: list[RequestRecord] = []
+    if warmup:
+        warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
+    try:  # after the warm-up, so the server's deltas cover exactly the measured requests
+        before = server_metrics.scrape(base_url)
+    except OSError:
+        before = None
+    result = run_load(params, prompts, shape, processes=w.client_processes, tokenizer_path=tokenizer_path,
+                      count_tokens=count, on_done=on_done)
+    server_delta = None
+    if before is not None:
+        try:
+            server_delta = server_metrics.delta(before, server_metrics.scrape(base_url))
+        except OSError:
+            server_delta = None
+    meta = {
+        "repeat": repeat, "base_url": base_url, "model": model, "endpoint": w.endpoint.value,
+        "num_prompts": len(prompts), "max_concurrency": w.max_concurrency,
+        "request_rate": None if math.isinf(w.request_rate) else w.request_rate, "burstiness": w.burstiness,
+        "warmup_requests": w.warmup_requests, "duration_s": w.duration_s, "client_processes": result.processes,
+        "prompts_sha256": prompts_sha, "loop_lag_ms": result.loop_lag_ms,
+        "started_ns": result.started_ns, "ended_ns": result.ended_ns, "server_metrics_delta": server_delta,
+        **(extra_meta or {}),
+    }
+    write_jsonl(out / f"bench-{repeat}.jsonl", warm + result.records)
+    write_json(out / f"bench-{repeat}.meta.json", meta)
+    return RepeatResult(warm + result.records, meta)
+
+
+def load_repeats(arm_dir: Path) -> list[RepeatResult]:
+    """Every finished repeat in an arm's directory (a repeat is finished once its meta exists)."""
+    out = []
+    for meta_path in sorted(arm_dir.glob("bench-*.meta.json"), key=lambda p: int(p.name.split("-")[1].split(".")[0])):
+        recs = meta_path.with_name(meta_path.name.replace(".meta.json", ".jsonl"))
+        if recs.is_file():
+            out.append(RepeatResult(read_jsonl(recs), read_json(meta_path)))
+    return out
+
+
+def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
+    m = r.meta
+    rate = m.get("request_rate")
+    return metrics.compute(r.records, w_percentiles, goodput, m.get("max_concurrency"),
+                           math.inf if rate is None else rate)

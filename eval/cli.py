@@ -1,0 +1,156 @@
+"""Command line: `python -m eval.cli compare|report|bench|setup|check`. The Makefile wraps it.
+
+Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
+itself failed (bad scenario, preflight refusal, a server that did not start, Ctrl-C)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from . import provision, server
+from .analysis import EXIT_RUN_FAILED
+from .errors import SuiteError
+from .scenario import DEFAULT_CACHE, load_scenario
+
+console = Console(stderr=True)
+
+
+def _sigterm(signum, frame):  # noqa: ARG001
+    # Turn SIGTERM into the same path as Ctrl-C, so finally-blocks stop every server.
+    raise KeyboardInterrupt
+
+
+def _report(run_dir: Path, noise_run: Path | None) -> int:
+    from . import report
+
+    a = report.build(run_dir, noise_run=noise_run)
+    print((run_dir / "summary.md").read_text())
+    console.print(f"reports: {run_dir}/summary.md, results.json, report.html (exit {a.exit_code})")
+    return a.exit_code
+
+
+def cmd_compare(args) -> int:
+    from .compare import CompareOptions, run_compare, start_run
+
+    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
+    provision.ensure_for(s, args.cache, console)
+    reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
+    opts = CompareOptions(reports_root=Path(args.reports), cache=args.cache, aa=args.aa, reuse=reuse, console=console)
+    s, run_dir = start_run(s, opts)
+    try:
+        run_compare(s, run_dir, opts)
+    except (SuiteError, KeyboardInterrupt) as e:
+        server.stop_all()
+        msg = "interrupted; servers stopped" if isinstance(e, KeyboardInterrupt) else str(e)
+        console.print(f"[bold red]error:[/] {msg}", soft_wrap=True)
+        try:
+            _report(run_dir, args.noise_run)
+            console.print(f"incomplete report kept in {run_dir}")
+        except Exception as rep_err:  # the raw data is what matters; say why no report
+            console.print(f"no report could be built from {run_dir}: {rep_err}")
+        return EXIT_RUN_FAILED
+    return _report(run_dir, args.noise_run)
+
+
+def cmd_report(args) -> int:
+    run = Path(args.run)
+    if not (run / "run.json").is_file():
+        raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
+    return _report(run, args.noise_run)
+
+
+def cmd_bench(args) -> int:
+    """Benchmark an already-running server by URL (external mode); nothing is started."""
+    from . import metrics
+    from .benchmark import repeat_metrics, run_repeat
+    from .loadgen.datasets import build_prompts, save_prompts
+
+    s = load_scenario(args.scenario, overrides=args.set)
+    tok = args.tokenizer or s.model.tokenizer or s.model.id
+    if not tok:
+        raise SuiteError("bench: give --tokenizer (a directory with tokenizer.json)")
+    out = Path(args.out)
+    w = s.workload
+    prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
+    sha = save_prompts(out / "prompts.jsonl", prompts)
+    res = run_repeat(args.url, args.model or s.model.served_name, prompts[: w.num_prompts], w, out, repeat=0,
+                     tokenizer_path=tok, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+    m = repeat_metrics(res, w.percentiles, w.goodput)
+    print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
+    (out / "result.json").write_text(json.dumps({k: v for k, v in m.items() if k not in ("itls",)}, indent=1))
+    return 0 if m["failed"] == 0 else 1
+
+
+def cmd_setup(args) -> int:
+    provision.ensure_default_model(args.cache, console)
+    return 0
+
+
+def cmd_check(args) -> int:
+    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
+    console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eval", description=__doc__)
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="venvs and models (default %(default)s)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def scenario_args(sp):
+        sp.add_argument("--scenario", default="scenarios/cpu-smoke.yaml")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a scenario setting (YAML value), e.g. workload.num_prompts=16")
+
+    c = sub.add_parser("compare", help="run both arms and compare them")
+    scenario_args(c)
+    c.add_argument("--backend", default="", help="the candidate arm's GEMM backend")
+    c.add_argument("--reports", default="reports")
+    c.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
+    c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
+    c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
+    c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
+    c.set_defaults(fn=cmd_compare)
+    r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
+    r.add_argument("run")
+    r.add_argument("--noise-run", type=Path, default=None)
+    r.set_defaults(fn=cmd_report)
+    b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
+    scenario_args(b)
+    b.add_argument("--url", required=True)
+    b.add_argument("--model", default="")
+    b.add_argument("--tokenizer", default="")
+    b.add_argument("--out", default="reports/bench")
+    b.set_defaults(fn=cmd_bench)
+    st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
+    st.set_defaults(fn=cmd_setup)
+    ck = sub.add_parser("check", help="validate a scenario file")
+    scenario_args(ck)
+    ck.add_argument("--backend", default="")
+    ck.set_defaults(fn=cmd_check)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return args.fn(args)
+    except SuiteError as e:
+        console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        return EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        console.print("[bold red]error:[/] interrupted; servers stopped")
+        return EXIT_RUN_FAILED
+    finally:
+        server.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

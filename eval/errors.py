@@ -1,0 +1,22 @@
+"""The suite's exceptions. Each carries one line a user can act on; the CLI prints it and
+maps the class to an exit code (2: the run itself failed; 1 is reserved for failed gates)."""
+
+
+class SuiteError(Exception):
+    """A failure that ends the run with one clear line (exit code 2)."""
+
+
+class ScenarioError(SuiteError):
+    """The scenario file is wrong: names the file, the key path and the problem."""
+
+
+class PreflightError(SuiteError):
+    """Refused before any server start (GPU capability, port, model path, GPU count)."""
+
+
+class ServerError(SuiteError):
+    """A vLLM server died, did not become healthy, or selected the wrong kernel."""
+
+
+class KernelMismatchError(ServerError):
+    """vLLM selected a different FP8 kernel from the one the arm asked for."""

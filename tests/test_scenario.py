@@ -1,0 +1,95 @@
+from pathlib import Path
+
+import pytest
+
+from eval.backends import Backend
+from eval.errors import ScenarioError
+from eval.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return p
+
+
+MINIMAL = """
+name: t
+model: {id: /nonexistent-ok-at-load-time, served_name: m}
+arms:
+  baseline: {label: a, backend: cutlass}
+  candidate: {label: b, backend: torch}
+"""
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_shipped_scenarios_validate(path, monkeypatch):
+    monkeypatch.setenv("GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
+    s = load_scenario(path)
+    assert s.arms.baseline.label and s.arms.candidate.label
+
+
+def test_seed_scenario_matches_the_pr():
+    s = load_scenario(ROOT / "scenarios" / "llama3-8b-fp8-isl1024-osl1024-c128.yaml")
+    w = s.workload
+    assert (w.dataset.input_len, w.dataset.output_len, w.max_concurrency, w.num_prompts) == (1024, 1024, 128, 384)
+    assert s.server.tensor_parallel_size == 1 and s.server.max_num_batched_tokens == 8192
+    assert s.arms.baseline.backend is Backend.CUTLASS
+
+
+def test_backend_override_sets_candidate(tmp_path):
+    s = load_scenario(write(tmp_path, MINIMAL), backend="flashinfer")
+    assert s.arms.candidate.backend is Backend.FLASHINFER
+    assert s.arms.baseline.backend is Backend.CUTLASS
+
+
+@pytest.mark.parametrize("text,expect", [
+    (MINIMAL + "workload: {num_promts: 3}\n", "s.yaml: workload.num_promts: unknown key"),
+    (MINIMAL + "workload: {num_prompts: many}\n", "s.yaml: workload.num_prompts: Input should be a valid integer"),
+    (MINIMAL + "workload: {max_concurrency: 0}\n", "workload.max_concurrency: Input should be greater than or equal to 1"),
+    (MINIMAL + "server: {max_model_len: 1000}\nworkload: {dataset: {input_len: 1024, output_len: 16}}\n",
+     "more than server.max_model_len (1000)"),
+    (MINIMAL.replace("backend: torch", "backend: cudnn"), "arms.candidate.backend: Input should be"),
+    (MINIMAL + "workload: {dataset: {kind: jsonl, path: /no/such/file.jsonl}}\n",
+     "workload.dataset.path: /no/such/file.jsonl does not exist"),
+    ("name: [unclosed\n", "not valid YAML"),
+])
+def test_bad_input_is_one_line_naming_file_and_key(tmp_path, text, expect):
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(write(tmp_path, text))
+    msg = str(e.value)
+    assert expect in msg
+    assert "\n" not in msg and msg.startswith(str(tmp_path))
+
+
+def test_missing_file():
+    with pytest.raises(ScenarioError, match="nope.yaml: scenario file not found"):
+        load_scenario("nope.yaml")
+
+
+def test_unknown_backend_override(tmp_path):
+    with pytest.raises(ScenarioError, match="BACKEND='cudnn' is not one of"):
+        load_scenario(write(tmp_path, MINIMAL), backend="cudnn")
+
+
+def test_env_expansion_and_overrides(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_PY", "/opt/py")
+    text = MINIMAL + "server: {vllm: {python: '${MY_PY}/bin/python'}, extra_args: ['${UNSET_VAR:-x}']}\n"
+    s = load_scenario(write(tmp_path, text), overrides=["workload.num_prompts=7", "workload.repeats=2"])
+    assert s.server.vllm.python == "/opt/py/bin/python" and s.server.extra_args == ["x"]
+    assert (s.workload.num_prompts, s.workload.repeats) == (7, 2)
+
+
+def test_unset_env_var_is_named(tmp_path):
+    with pytest.raises(ScenarioError, match="NOT_SET_ANYWHERE is used but not set"):
+        load_scenario(write(tmp_path, MINIMAL + "server: {extra_args: ['${NOT_SET_ANYWHERE}']}\n"))
+
+
+def test_generated_model_needs_dummy(tmp_path):
+    text = MINIMAL.replace("model: {id: /nonexistent-ok-at-load-time, served_name: m}",
+                           f"model: {{generate: {{architecture: llama-3.1-8b, tokenizer: {tmp_path}}}}}")
+    with pytest.raises(ScenarioError, match="model: a generated model has no weights: set load_format: dummy"):
+        load_scenario(write(tmp_path, text))

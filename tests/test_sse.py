@@ -1,0 +1,31 @@
+from eval.loadgen.sse import SseParser
+
+
+def test_event_split_across_reads():
+    p = SseParser()
+    assert p.feed(b'data: {"a"') == []
+    assert p.feed(b': 1}\n') == []
+    assert p.feed(b"\n") == ['{"a": 1}']
+
+
+def test_several_events_in_one_read_and_done():
+    p = SseParser()
+    assert p.feed(b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n") == ["1", "2", "[DONE]"]
+
+
+def test_crlf_comments_and_other_fields():
+    p = SseParser()
+    assert p.feed(b": ping\r\n\r\nevent: x\r\ndata: 3\r\n\r\n") == ["3"]
+
+
+def test_boundary_split_between_newlines_and_flush():
+    p = SseParser()
+    assert p.feed(b"data: 4\n") == []
+    assert p.feed(b"\ndata: 5") == ["4"]
+    assert p.flush() == ["5"]
+    assert p.flush() == []
+
+
+def test_multiline_data_and_no_space():
+    p = SseParser()
+    assert p.feed(b"data:x\ndata: y\n\n") == ["x\ny"]

@@ -31,6 +31,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide reports from other users of a shared box
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

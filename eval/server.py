@@ -108,6 +108,22 @@ class ServerConfig:
         return env
 
 
+def group_members(pgid: int) -> list[int]:
+    """Processes of a process group that are still running (zombies are dead already)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            out.append(int(entry))
+    return out
+
+
 _ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
 
 
@@ -212,11 +228,15 @@ class VllmServer:
                 break
             except subprocess.TimeoutExpired:
                 continue
-        # Children that outlived the leader (engine core) share its process group.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # Children that outlived the leader (engine core, workers) share its process group:
+        # kill them too and wait until none is left running.
+        deadline = time.monotonic() + 15
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
 
     def __enter__(self) -> "VllmServer":
         return self

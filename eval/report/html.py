@@ -28,7 +28,7 @@ _MAX_POINTS = 1500
 
 def _svg(fig) -> Markup:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # rebuilds are byte-identical
     plt.close(fig)
     text = buf.getvalue()
     return Markup(text[text.index("<svg"):])

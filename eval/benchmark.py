@@ -61,7 +61,9 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
         "started_ns": result.started_ns, "ended_ns": result.ended_ns, "server_metrics_delta": server_delta,
         **(extra_meta or {}),
     }
-    write_jsonl(out / f"bench-{repeat}.jsonl", warm + result.records)
+    # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing
+    # a statistic needs (the agreement probe keeps the outputs that matter).
+    write_jsonl(out / f"bench-{repeat}.jsonl", warm + result.records, keep_text=False)
     write_json(out / f"bench-{repeat}.meta.json", meta)
     return RepeatResult(warm + result.records, meta)
 

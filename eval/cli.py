@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import provision, server
+from . import provision, report, server
 from .analysis import EXIT_RUN_FAILED
-from .errors import SuiteError
+from .errors import PreflightError, SuiteError
 from .scenario import DEFAULT_CACHE, load_scenario
 
 console = Console(stderr=True)
@@ -27,8 +27,6 @@ def _sigterm(signum, frame):  # noqa: ARG001
 
 
 def _report(run_dir: Path, noise_run: Path | None) -> int:
-    from . import report
-
     a = report.build(run_dir, noise_run=noise_run)
     print((run_dir / "summary.md").read_text())
     console.print(f"reports: {run_dir}/summary.md, results.json, report.html (exit {a.exit_code})")
@@ -48,12 +46,13 @@ def cmd_compare(args) -> int:
     except (SuiteError, KeyboardInterrupt) as e:
         server.stop_all()
         msg = "interrupted; servers stopped" if isinstance(e, KeyboardInterrupt) else str(e)
-        console.print(f"[bold red]error:[/] {msg}", soft_wrap=True)
-        try:
-            _report(run_dir, args.noise_run)
-            console.print(f"incomplete report kept in {run_dir}")
+        console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
+        try:  # what was measured so far stays readable
+            report.build(run_dir, noise_run=args.noise_run)
+            if not isinstance(e, PreflightError):  # a refusal measured nothing: its one line says it all
+                console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
         except Exception as rep_err:  # the raw data is what matters; say why no report
-            console.print(f"no report could be built from {run_dir}: {rep_err}")
+            console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
         return EXIT_RUN_FAILED
     return _report(run_dir, args.noise_run)
 
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except SuiteError as e:
-        console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
         return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted; servers stopped")

@@ -72,6 +72,12 @@ class ModelSpec(Strict):
     def weights_are_random(self) -> bool:
         return self.load_format == "dummy"
 
+    def describe(self) -> str:
+        if self.generate is not None:
+            g = self.generate
+            return f"{g.architecture.value} shapes, {g.quantization}, generated config (random weights)"
+        return self.id or (self.builtin.value if self.builtin else "?")
+
 
 class VllmInstall(Strict):
     """How to start vLLM: a Python that has it, or a whole command (e.g. a container)."""

@@ -7,6 +7,7 @@ exceptions (see `stop_all`, called by the CLI's signal handling).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -51,6 +52,7 @@ def _python_ok(python: str, code: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=16)
 def launcher(install: VllmInstall) -> list[str]:
     """The argv prefix that runs `vllm serve`, for a Python environment or a given command."""
     if install.command:

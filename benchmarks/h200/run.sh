@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The H200 evidence, one step per device command (each must end inside 10 minutes).
+# Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
+#   bash benchmarks/h200/run.sh preflight|vsbench|ab|aa
+# Results go under $OUT (the device tool brings that folder back), packed as tarballs.
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SC=scenarios/h200-llama3.1-8b-fp8-dummy.yaml
+compare() {  # make compare when make exists there, else the same command it runs
+  if command -v make >/dev/null; then make compare PY=python3 SCENARIO=$SC "$@"
+  else python3 -m eval.cli compare --scenario $SC $(for a in "$@"; do case $a in BACKEND=*) echo --backend ${a#BACKEND=};; AA=1) echo --aa;; esac; done); fi
+}
+pack() { local d; d=$(ls -dt reports/*/ | head -1); tar cJf "$OUT/$1.tar.xz" -C reports "$(basename "$d")"; echo "packed $d"; }
+case ${1:-} in
+  preflight)
+    nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+    python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' | tee -a "$OUT/gpu.txt"
+    { time compare BACKEND=flashinfer; echo "exit code: $?"; } > "$OUT/flashinfer-preflight.txt" 2>&1
+    cat "$OUT/flashinfer-preflight.txt" ;;
+  vsbench)
+    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs 2 --time-budget-s 330; } 2>&1 | tee "$OUT/vsbench.log"
+    tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
+  ab)
+    { time compare BACKEND=torch; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
+  aa)
+    { time compare AA=1; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
+  *) echo "usage: $0 preflight|vsbench|ab|aa"; exit 2 ;;
+esac

@@ -1,0 +1,109 @@
+"""This suite's client and `vllm bench serve` against the same running vLLM server, with the
+same prompts (byte-identical: vLLM reads ours through its `custom` dataset), alternating
+A B A B so drift hits both. Prints a side-by-side table and writes vs_vllm_bench.json.
+
+Usage (from the repo root; vLLM importable by --vllm-python):
+  python benchmarks/vs_vllm_bench.py --scenario scenarios/h200-llama3.1-8b-fp8-dummy.yaml --out DIR [--pairs 2]
+The server is the scenario's baseline arm, started and stopped by the suite's own server code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from eval import metrics, models  # noqa: E402
+from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
+from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
+from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
+from eval.server import ServerConfig, VllmServer  # noqa: E402
+
+KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
+        ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
+        ("mean_tpot_ms", "Mean TPOT (ms)", None), ("median_itl_ms", "Median ITL (ms)", None),
+        ("p99_itl_ms", "P99 ITL (ms)", None), ("request_throughput", "Request throughput (req/s)", None)]
+
+
+def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: Path, n: int, conc: int,
+               out_len: int, warmups: int, out: Path, k: int) -> dict:
+    name = f"vllm-bench-{k}.json"
+    argv = [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
+            "--dataset-name", "custom", "--dataset-path", str(prompts_path), "--custom-output-len", str(out_len),
+            "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n), "--max-concurrency", str(conc),
+            "--ignore-eos", "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", "99", "--save-result", "--result-dir", str(out), "--result-filename", name,
+            "--ready-check-timeout-sec", "0"]
+    p = subprocess.run(argv, capture_output=True, text=True)
+    (out / f"vllm-bench-{k}.log").write_text(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed (exit {p.returncode}); see {out}/vllm-bench-{k}.log")
+    return json.loads((out / name).read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--time-budget-s", type=float, default=1e9, help="start no new pair after this many seconds")
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    s = load_scenario(a.scenario, overrides=a.set)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    m = models.resolve(s.model, DEFAULT_CACHE, out / "model")
+    w = s.workload
+    prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, m.tokenizer)
+    sha = save_prompts(out / "prompts.jsonl", prompts)
+    (out / "prompts-vllm.jsonl").write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts[: w.num_prompts]))
+    cfg = ServerConfig(arm="baseline", model=m.model, served_name=s.model.served_name, server=s.server,
+                       spec=s.arms.baseline, load_format=s.model.load_format)
+    srv = VllmServer(cfg, out / "server.log").start()
+    rows: dict[str, list[dict]] = {"suite client": [], "vllm bench serve": []}
+    try:
+        ready = srv.wait_healthy(s.server.startup_timeout_s)
+        print(f"server ready after {ready:.0f} s; kernel {srv.check_kernel()}", flush=True)
+        python = (s.arms.baseline.vllm or s.server.vllm).python
+        for k in range(a.pairs):
+            if k and time.monotonic() - t0 > a.time_budget_s:
+                print(f"time budget reached: {k} pair(s) run", flush=True)
+                break
+            res = run_repeat(srv.url, s.model.served_name, prompts[: w.num_prompts], w, out / "suite", repeat=k,
+                             tokenizer_path=m.tokenizer, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+            ours = repeat_metrics(res, w.percentiles, w.goodput)
+            rows["suite client"].append({key: ours[key] for key, _, _ in KEYS})
+            print(metrics.vllm_block(ours, w.percentiles), flush=True)
+            theirs = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
+                                w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
+                                w.warmup_requests, out, k)
+            rows["vllm bench serve"].append({key: theirs.get(key) for key, _, _ in KEYS})
+            print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
+            (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha}, indent=1))
+    finally:
+        srv.stop()
+    table = ["| Metric | suite client | vllm bench serve | difference | target |", "|---|---:|---:|---:|---|"]
+    for key, label, tol in KEYS:
+        ours = [r[key] for r in rows["suite client"]]
+        theirs = [r[key] for r in rows["vllm bench serve"] if r[key] is not None]
+        if not ours or not theirs:
+            continue
+        mo, mt = sum(ours) / len(ours), sum(theirs) / len(theirs)
+        diff = mo / mt - 1
+        target = "" if tol is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
+        table.append(f"| {label} | {mo:,.2f} | {mt:,.2f} | {diff:+.2%} | {target} |")
+    text = (f"Same server, same {w.num_prompts} prompts (sha256 {sha[:12]}), {len(rows['suite client'])} run(s) of each, "
+            "alternating suite / vllm; values are means over runs.\n\n" + "\n".join(table) + "\n")
+    (out / "vs_vllm_bench.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

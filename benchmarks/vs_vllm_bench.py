@@ -85,16 +85,22 @@ def main() -> None:
             if k and time.monotonic() - t0 > a.time_budget_s:
                 print(f"time budget reached: {k} pair(s) run", flush=True)
                 break
-            res = run_repeat(srv.url, s.model.served_name, prompts[: w.num_prompts], w, out / "suite", repeat=k,
-                             tokenizer_path=m.tokenizer, prompts_sha=sha, warmup=prompts[w.num_prompts:])
-            ours = repeat_metrics(res, w.percentiles, w.goodput)
-            rows["suite client"].append({key: ours[key] for key, _, _ in KEYS})
-            print(metrics.vllm_block(ours, w.percentiles), flush=True)
-            theirs = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
-                                w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
-                                w.warmup_requests, out, k)
-            rows["vllm bench serve"].append({key: theirs.get(key) for key, _, _ in KEYS})
-            print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
+            def ours() -> None:
+                res = run_repeat(srv.url, s.model.served_name, prompts[: w.num_prompts], w, out / "suite", repeat=k,
+                                 tokenizer_path=m.tokenizer, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+                got = repeat_metrics(res, w.percentiles, w.goodput)
+                rows["suite client"].append({key: got[key] for key, _, _ in KEYS})
+                print(metrics.vllm_block(got, w.percentiles), flush=True)
+
+            def theirs() -> None:
+                got = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
+                                 w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
+                                 w.warmup_requests, out, k)
+                rows["vllm bench serve"].append({key: got.get(key) for key, _, _ in KEYS})
+                print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
+
+            for step in ((ours, theirs) if k % 2 == 0 else (theirs, ours)):  # A B B A: linear drift cancels
+                step()
             (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha}, indent=1))
     finally:
         srv.stop()
@@ -109,7 +115,7 @@ def main() -> None:
         target = "" if tol is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
         table.append(f"| {label} | {mo:,.2f} | {mt:,.2f} | {diff:+.2%} | {target} |")
     text = (f"Same server, same {w.num_prompts} prompts (sha256 {sha[:12]}), {len(rows['suite client'])} run(s) of each, "
-            "alternating suite / vllm; values are means over runs.\n\n" + "\n".join(table) + "\n")
+            "in the order suite, vllm, vllm, suite; values are means over runs.\n\n" + "\n".join(table) + "\n")
     (out / "vs_vllm_bench.md").write_text(text)
     print(text)
 

@@ -31,7 +31,8 @@ def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
 def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec, out: Path, *,
                repeat: int, tokenizer_path: str | None, prompts_sha: str, warmup: list[Prompt] = (),
                extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> RepeatResult:
-    params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s)
+    params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s,
+                           w.usage_per_chunk)
     count = None
     if tokenizer_path:
         tok = load_tokenizer(tokenizer_path)

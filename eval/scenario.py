@@ -171,6 +171,8 @@ class WorkloadSpec(Strict):
     percentiles: list[float] = [99]  # mean and median always
     goodput: Goodput | None = None
     client_processes: int = Field(1, ge=1, le=64)
+    # Ask vLLM for usage on every chunk (exact tokens per coalesced chunk); costs server CPU.
+    usage_per_chunk: bool = False
     request_timeout_s: float = Field(3600, gt=0)
 
     @field_validator("percentiles")

@@ -54,13 +54,34 @@ async def stream(request, parts, delay=0.0):
     return resp
 
 
+def run_with(handler, **params):
+    async def go():
+        runner, url = await serve(handler)
+        try:
+            async with make_session(4) as s:
+                rec = RequestRecord(0, "measure", 3, 4, 0)
+                return await stream_request(s, RequestParams(url, "m", **params), "hi", 4, rec)
+        finally:
+            await runner.cleanup()
+    return asyncio.run(go())
+
+
+def test_final_usage_gives_the_count_and_each_chunk_counts_one_by_default():
+    async def h(request):
+        body = await request.json()
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": False}
+        return await stream(request, [ev("a"), ev("bc"), ev("d"), ev(None, 4, choices=False), b"data: [DONE]\n\n"])
+    r = run(h)
+    assert r.success and r.output_tokens == 4 and r.token_source == "usage" and r.chunk_tokens == [1, 1, 1]
+
+
 def test_usage_counts_coalesced_tokens_and_usage_only_final_chunk():
     async def h(request):
         body = await request.json()
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
         return await stream(request, [ev("a", 1), ev("bc", 3), ev("d", 4), ev(None, 4, choices=False),
                                       b"data: [DONE]\n\n"], delay=0.01)
-    r = run(h)
+    r = run_with(h, usage_per_chunk=True)
     assert r.success, r.error
     assert r.chunk_tokens == [1, 2, 1] and r.output_tokens == 4 and r.token_source == "usage"
     assert r.usage_prompt_tokens == 3 and r.text == "abcd"

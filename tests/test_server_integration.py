@@ -54,7 +54,8 @@ def test_health_log_and_kernel_capture(live):
 
 
 def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
-    w = WorkloadSpec(dataset=DatasetSpec(input_len=64, output_len=24, seed=1), num_prompts=24, max_concurrency=6)
+    w = WorkloadSpec(dataset=DatasetSpec(input_len=64, output_len=24, seed=1), num_prompts=24, max_concurrency=6,
+                     usage_per_chunk=True)
     prompts = build_prompts(w.dataset, 24 + 2, str(MODEL))
     sha = save_prompts(tmp_path / "p.jsonl", prompts)
     res = run_repeat(live.url, "smollm2", prompts[:24], w, tmp_path, repeat=0, tokenizer_path=str(MODEL),

@@ -29,3 +29,9 @@ def test_boundary_split_between_newlines_and_flush():
 def test_multiline_data_and_no_space():
     p = SseParser()
     assert p.feed(b"data:x\ndata: y\n\n") == ["x\ny"]
+
+
+def test_crlf_split_across_reads():
+    p = SseParser()
+    assert p.feed(b"data: 6\r") == []
+    assert p.feed(b"\n\r\ndata: 7\r\n\r\n") == ["6", "7"]

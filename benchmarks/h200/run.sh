@@ -21,7 +21,7 @@ case ${1:-} in
     { time compare BACKEND=flashinfer; echo "exit code: $?"; } > "$OUT/flashinfer-preflight.txt" 2>&1
     cat "$OUT/flashinfer-preflight.txt" ;;
   vsbench)
-    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs 2 --time-budget-s 330; } 2>&1 | tee "$OUT/vsbench.log"
+    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs 2 --time-budget-s 320; } 2>&1 | tee "$OUT/vsbench.log"
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
   ab)
     { time compare BACKEND=torch; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;

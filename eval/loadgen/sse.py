@@ -16,23 +16,18 @@ class SseParser:
     _buf: bytearray = field(default_factory=bytearray)
 
     def feed(self, data: bytes) -> list[str]:
-        """Add bytes; return the data payloads of every event completed by them."""
-        self._buf += data
-        out: list[str] = []
-        while True:
-            # Events end with a blank line; servers use \n\n, the spec also allows \r\n\r\n.
-            end, sep = self._find_boundary()
-            if end < 0:
-                return out
-            raw = bytes(self._buf[:end])
-            del self._buf[: end + sep]
-            payload = _payload(raw)
-            if payload is not None:
-                out.append(payload)
+        """Add bytes; return the data payloads of every event completed by them.
 
-    def _find_boundary(self) -> tuple[int, int]:
-        candidates = [(i, len(s)) for s in (b"\n\n", b"\r\n\r\n") if (i := self._buf.find(s)) >= 0]
-        return min(candidates) if candidates else (-1, 0)
+        One linear split per read: a client that falls behind gets reads holding hundreds of
+        events, and per-event searching and shifting of the buffer would be quadratic."""
+        self._buf += data
+        if b"\r" in self._buf:  # \r\n line ends (allowed by the spec; rare), also split across reads
+            self._buf = bytearray(self._buf.replace(b"\r\n", b"\n"))
+        if b"\n\n" not in self._buf:
+            return []
+        *events, tail = bytes(self._buf).split(b"\n\n")
+        self._buf = bytearray(tail)
+        return [p for raw in events if (p := _payload(raw)) is not None]
 
     def flush(self) -> list[str]:
         """At end of stream: an unterminated last event still counts."""

@@ -25,7 +25,8 @@ case ${1:-} in
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
   ab)
     { time compare BACKEND=torch; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
-  aa)
-    { time compare AA=1; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
+  aa)  # the second CUTLASS server start against the first (the A/B run's baseline arm, reused)
+    ab=$(ls -dt reports/*-torch/ | head -1)
+    { time compare AA=1 BASE_RUN=${ab%/}; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   *) echo "usage: $0 preflight|vsbench|ab|aa"; exit 2 ;;
 esac

@@ -104,6 +104,14 @@ def test_no_usage_falls_back_to_tokenizer():
     assert r.success and r.token_source == "tokenizer" and r.output_tokens == 3
 
 
+def test_chunks_with_empty_text_still_carry_tokens():
+    async def h(request):  # random weights: ids the tokenizer decodes to "" still stream as chunks
+        return await stream(request, [ev(""), ev("x"), ev(""), ev(None, 3, choices=False), b"data: [DONE]\n\n"],
+                            delay=0.01)
+    r = run(h)
+    assert r.success and len(r.chunk_ns) == 3 and r.output_tokens == 3 and r.text == "x"
+
+
 def test_error_event_fails_the_request_with_its_message():
     async def h(request):
         return await stream(request, [ev("a", 1), b'data: {"error": {"message": "boom", "code": 500}}\n\n'])

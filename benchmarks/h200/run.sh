@@ -9,11 +9,16 @@ export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SC=scenarios/h200-llama3.1-8b-fp8-dummy.yaml
+SET=${SET:-}  # space-separated scenario overrides, e.g. "workload.num_prompts=128"
+SET_ARGS=$(for s in $SET; do echo --set $s; done)
 compare() {  # make compare when make exists there, else the same command it runs
   if command -v make >/dev/null; then make compare PY=python3 SCENARIO=$SC "$@"
   else python3 -m eval.cli compare --scenario $SC $(for a in "$@"; do case $a in BACKEND=*) echo --backend ${a#BACKEND=};; AA=1) echo --aa;; esac; done); fi
 }
-pack() { local d; d=$(ls -dt reports/*/ | head -1); tar cJf "$OUT/$1.tar.xz" -C reports "$(basename "$d")"; echo "packed $d"; }
+pack() { local d; d=$(ls -dt reports/*/ | head -1); tar -I 'xz -T0 -1' -cf "$OUT/$1.tar.xz" -C reports "$(basename "$d")"; echo "packed $d"; }
+# A device command is killed at its limit with everything in it: stop the run (SIGTERM: the suite
+# stops its servers and writes an incomplete report) early enough to pack what was measured.
+LIMIT=${LIMIT:-540}
 case ${1:-} in
   preflight)
     nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -21,10 +26,10 @@ case ${1:-} in
     { time compare BACKEND=flashinfer; echo "exit code: $?"; } > "$OUT/flashinfer-preflight.txt" 2>&1
     cat "$OUT/flashinfer-preflight.txt" ;;
   vsbench)
-    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs 2 --time-budget-s 320; } 2>&1 | tee "$OUT/vsbench.log"
+    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs ${PAIRS:-2} --time-budget-s 320 $SET_ARGS; } 2>&1 | tee "$OUT/vsbench.log"
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
   ab)
-    { time compare BACKEND=torch; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
+    { time timeout -s TERM $LIMIT bash -c "$(declare -f compare); SC=$SC; compare BACKEND=torch ${SET:+SET=\"$SET\"}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   aa)  # the second CUTLASS server start against the first (the A/B run's baseline arm, reused)
     ab=$(ls -dt reports/*-torch/ | head -1)
     { time compare AA=1 BASE_RUN=${ab%/}; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;

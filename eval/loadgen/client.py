@@ -97,13 +97,11 @@ class _StreamState:
                 self.rec.usage_prompt_tokens = int(usage["prompt_tokens"])
         if text is None:  # usage-only chunk (the final one with include_usage)
             return False
-        if text:
-            self.text_parts.append(text)
-        if delta_tokens is None:  # no per-chunk usage: a content chunk counts one, as vLLM's bench counts
-            delta_tokens = 1 if text else 0
-        if delta_tokens > 0 or text:
-            self.rec.chunk_ns.append(arrived_ns)
-            self.rec.chunk_tokens.append(max(delta_tokens, 1 if text else 0))
+        # Every chunk with a choice carries output, even when its text is empty (special tokens,
+        # ids the tokenizer cannot decode, as with random weights): count it, as vLLM's bench does.
+        self.text_parts.append(text)
+        self.rec.chunk_ns.append(arrived_ns)
+        self.rec.chunk_tokens.append(max(delta_tokens, 1) if delta_tokens is not None else 1)
         return False
 
     def finish(self, count_tokens: Callable[[str], int] | None) -> None:

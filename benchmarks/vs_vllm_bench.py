@@ -40,13 +40,15 @@ KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_
 
 
 def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: Path, n: int, conc: int,
-               out_len: int, warmups: int, out: Path, k: int) -> dict:
+               out_len: int, warmups: int, temperature: float, out: Path, k: int) -> dict:
+    """One `vllm bench serve` run. The temperature is passed on: vLLM's bench no longer sends one
+    (the server then samples), and sampled and greedy streams differ (see the README)."""
     name = f"vllm-bench-{k}.json"
     argv = [python, "-c", VLLM_DRIVER, "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "custom", "--dataset-path", str(prompts_path), "--custom-output-len", str(out_len),
             "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n), "--max-concurrency", str(conc),
-            "--ignore-eos", "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--ignore-eos", "--temperature", str(temperature), "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "99", "--save-result", "--result-dir", str(out), "--result-filename", name,
             "--ready-check-timeout-sec", "0"]
     p = subprocess.run(argv, capture_output=True, text=True)
@@ -95,7 +97,7 @@ def main() -> None:
             def theirs() -> None:
                 got = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
                                  w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
-                                 w.warmup_requests, out, k)
+                                 w.warmup_requests, w.temperature, out, k)
                 rows["vllm bench serve"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
 

@@ -116,6 +116,12 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 20
     agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):
         agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
+    for a in arms.values():
+        cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
+        if cpt and min(cpt) < 0.9:
+            notes.append(f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
+                         "its ITL measures gaps between chunks, not tokens: compare TPOT. (Seen with random "
+                         "weights and greedy decoding: tokens the tokenizer cannot decode stream no text.)")
     results: list[GateResult] = []
     if s.accuracy.enabled and not _random_weights(run, s):
         accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}

@@ -12,7 +12,9 @@ else
 SUITE_ENV :=
 endif
 VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
-export VSE_CACHE
+# Offline gsm8k for lm-eval: this workplace's copy when it is there; empty means the hub's.
+GSM8K_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data/gsm8k))
+export VSE_CACHE GSM8K_DIR
 SCENARIO ?= scenarios/cpu-smoke.yaml
 BACKEND ?=
 SET ?=

@@ -49,7 +49,7 @@ check: $(SUITE_ENV)
 	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
 
 test: $(SUITE_ENV) setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -rs tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,7 +6,7 @@ measured; whatever happens, servers are stopped and the run says how it ended.""
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import backends
-from .backends import Backend
 from .errors import KernelMismatchError, PreflightError, ServerError
 from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
 

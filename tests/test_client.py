@@ -4,7 +4,6 @@ edge cases only; measurements of vLLM always use a real vLLM server)."""
 import asyncio
 import json
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -32,13 +31,13 @@ async def serve(handler):
     return runner, f"http://127.0.0.1:{port}"
 
 
-def run(handler, count_tokens=None):
+def run(handler, count_tokens=None, **params):
     async def go():
         runner, url = await serve(handler)
         try:
             async with make_session(4) as s:
                 rec = RequestRecord(0, "measure", 3, 4, 0)
-                return await stream_request(s, RequestParams(url, "m"), "hi", 4, rec, count_tokens)
+                return await stream_request(s, RequestParams(url, "m", **params), "hi", 4, rec, count_tokens)
         finally:
             await runner.cleanup()
     return asyncio.run(go())
@@ -52,18 +51,6 @@ async def stream(request, parts, delay=0.0):
         if delay:
             await asyncio.sleep(delay)
     return resp
-
-
-def run_with(handler, **params):
-    async def go():
-        runner, url = await serve(handler)
-        try:
-            async with make_session(4) as s:
-                rec = RequestRecord(0, "measure", 3, 4, 0)
-                return await stream_request(s, RequestParams(url, "m", **params), "hi", 4, rec)
-        finally:
-            await runner.cleanup()
-    return asyncio.run(go())
 
 
 def test_final_usage_gives_the_count_and_each_chunk_counts_one_by_default():
@@ -81,7 +68,7 @@ def test_usage_counts_coalesced_tokens_and_usage_only_final_chunk():
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
         return await stream(request, [ev("a", 1), ev("bc", 3), ev("d", 4), ev(None, 4, choices=False),
                                       b"data: [DONE]\n\n"], delay=0.01)
-    r = run_with(h, usage_per_chunk=True)
+    r = run(h, usage_per_chunk=True)
     assert r.success, r.error
     assert r.chunk_tokens == [1, 2, 1] and r.output_tokens == 4 and r.token_source == "usage"
     assert r.usage_prompt_tokens == 3 and r.text == "abcd"

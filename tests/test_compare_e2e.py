@@ -18,7 +18,6 @@ import pytest
 
 from conftest import ROOT, needs_server
 
-from eval.server import group_members
 
 pytestmark = [needs_server, pytest.mark.server]
 

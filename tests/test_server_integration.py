@@ -3,7 +3,6 @@ early death, teardown, the load generator end to end, lm-eval and the agreement 
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
@@ -27,10 +26,6 @@ def config(backend=Backend.NONE, extra=(), port=None) -> ServerConfig:
                       extra_args=["--enforce-eager", *extra], env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     return ServerConfig(arm="baseline", model=str(MODEL), served_name="smollm2", server=spec,
                         spec=ArmSpec(label="t", backend=backend), port=port)
-
-
-def group_alive(pgid: int) -> list[int]:
-    return group_members(pgid)
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +118,9 @@ def test_teardown_leaves_no_process(tmp_path):
     srv = VllmServer(config(), tmp_path / "t.log").start()
     pgid = srv.proc.pid
     deadline = time.monotonic() + 120
-    while len(group_alive(pgid)) < 2 and time.monotonic() < deadline:  # the engine core has started
+    while len(group_members(pgid)) < 2 and time.monotonic() < deadline:  # the engine core has started
         time.sleep(0.5)
-    assert len(group_alive(pgid)) >= 2
+    assert len(group_members(pgid)) >= 2
     srv.stop()
-    assert group_alive(pgid) == []
+    assert group_members(pgid) == []
     srv.stop()  # idempotent

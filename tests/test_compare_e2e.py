@@ -106,7 +106,6 @@ def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
             reports=tmp_path)
     assert r.returncode == 1, r.stderr[-2000:]
     (new,) = run_dirs(tmp_path)
-    assert not list(new.glob("*/server-*.log")) or all(p.parent.name in ("baseline", "candidate") for p in new.glob("*/server-*.log"))
     phases = [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
     assert "start server" not in phases and phases.count("reused arm") == 2
     assert "| FAIL |" in (new / "summary.md").read_text()

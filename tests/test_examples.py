@@ -1,0 +1,35 @@
+"""The committed example reports are regenerated from their own raw data, so the numbers in
+reports/examples/ (and the README, which quotes them) come from runs, not from editing."""
+
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import ROOT
+
+EXAMPLES = sorted(p.parent for p in (ROOT / "reports" / "examples").glob("*/raw.tar.xz"))
+
+
+def section(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_rebuilds_from_its_raw_data(example, tmp_path):
+    run = tmp_path / example.name
+    shutil.copytree(example, run, ignore=shutil.ignore_patterns("summary.md", "results.json", "report.html"))
+    with tarfile.open(run / "raw.tar.xz") as t:
+        t.extractall(run, filter="data")
+    r = subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    old, new = (example / "summary.md").read_text(), (run / "summary.md").read_text()
+    for start, end in (("## Comparison", "## Servers"), ("## old", "## new")):
+        assert section(new, start, end) == section(old, start, end)
+
+
+def test_there_are_examples():
+    assert {p.name for p in EXAMPLES} >= {"cpu-smoke", "h200-cutlass-vs-torch"}

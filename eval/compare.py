@@ -85,12 +85,16 @@ class Orchestrator:
         srv = VllmServer(cfg, self.run_dir / arm / f"server-{n}.log")
         self.status.phase("start server", arm=arm, server=n)
         srv.start()
-        with self.console.status(f"{arm}: starting vLLM ({spec.label}) on port {srv.port}") as st:
-            ready = srv.wait_healthy(self.s.server.startup_timeout_s,
-                                     on_tick=lambda t: st.update(f"{arm}: starting vLLM ({spec.label}) "
-                                                                 f"on port {srv.port}: {t:.0f} s"))
-        kernel = srv.check_kernel()
-        self._record_server(arm, n, srv, ready, kernel)
+        try:
+            with self.console.status(f"{arm}: starting vLLM ({spec.label}) on port {srv.port}") as st:
+                ready = srv.wait_healthy(self.s.server.startup_timeout_s,
+                                         on_tick=lambda t: st.update(f"{arm}: starting vLLM ({spec.label}) "
+                                                                     f"on port {srv.port}: {t:.0f} s"))
+            self._record_server(arm, n, srv, ready, srv.selected_kernel())  # recorded even when it is wrong
+            kernel = srv.check_kernel()
+        except BaseException:
+            srv.stop()
+            raise
         self.log(f"{arm}: healthy after {ready:.0f} s; FP8 kernel selected: {kernel or 'none (not an FP8 model)'}")
         return srv
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from rich.console import Console
@@ -43,9 +44,15 @@ def cmd_compare(args) -> int:
     s, run_dir = start_run(s, opts)
     try:
         run_compare(s, run_dir, opts)
-    except (SuiteError, KeyboardInterrupt) as e:
+    except (Exception, KeyboardInterrupt) as e:
         server.stop_all()
-        msg = "interrupted; servers stopped" if isinstance(e, KeyboardInterrupt) else str(e)
+        if isinstance(e, KeyboardInterrupt):
+            msg = "interrupted; servers stopped"
+        elif isinstance(e, SuiteError):
+            msg = str(e)
+        else:  # a bug, not bad input: keep the traceback with the run, say one line here
+            (run_dir / "error.log").write_text(traceback.format_exc())
+            msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
         console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
         try:  # what was measured so far stays readable
             report.build(run_dir, noise_run=args.noise_run)
@@ -146,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUN_FAILED
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted; servers stopped")
+        return EXIT_RUN_FAILED
+    except Exception as e:  # never exit 1 (= "a gate failed") by accident
+        console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}", highlight=False)
         return EXIT_RUN_FAILED
     finally:
         server.stop_all()

@@ -61,7 +61,8 @@ class Analysis:
         return self.run.get("status") == "complete"
 
 
-_ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+# Per-request arrays stay in the raw records: at ISL=OSL=1024 they would make results.json huge.
+_ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "errors")
 
 
 def _good_fn(s: Scenario):

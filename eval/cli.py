@@ -10,6 +10,7 @@ import json
 import signal
 import sys
 import traceback
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -89,7 +90,10 @@ def cmd_bench(args) -> int:
                      tokenizer_path=tok, prompts_sha=sha, warmup=prompts[w.num_prompts:])
     m = repeat_metrics(res, w.percentiles, w.goodput)
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
-    (out / "result.json").write_text(json.dumps({k: v for k, v in m.items() if k not in ("itls",)}, indent=1))
+    # A superset of `vllm bench serve --save-result`, so vLLM's own scripts read it.
+    meta = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "backend": "vllm", "model_id": args.model or
+            s.model.served_name, "tokenizer_id": tok, "num_prompts": w.num_prompts, "burstiness": w.burstiness}
+    (out / "result.json").write_text(json.dumps({**meta, **m}, default=str))
     return 0 if m["failed"] == 0 else 1
 
 

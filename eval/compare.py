@@ -205,7 +205,7 @@ def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:
     """The run's scenario (A/A applied) and its new directory, holding the resolved scenario."""
     if opts.aa:
         s = aa_scenario(s)
-    run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value if not opts.aa else "aa")
+    run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value)  # A/A: the name ends in -aa
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(dump(s), sort_keys=False))
     return s, run_dir
 

@@ -117,6 +117,9 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
         "output_lens": [r.output_tokens if r.success else 0 for r in rs],
         "ttfts": [r.ttft_s if r.success else 0.0 for r in rs],
         "itls": [r.itls_s if r.success else [] for r in rs],
+        "latencies": [r.e2el_s if r.success else 0.0 for r in rs],
+        "start_times": [r.send_ns / 1e9 for r in rs],
+        "queue_times": [r.queue_s for r in rs],
         "errors": [r.error for r in rs],
     }
     s = samples(records)

@@ -17,14 +17,23 @@ def section(text: str, start: str, end: str) -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_rebuilds_from_its_raw_data(example, tmp_path):
-    run = tmp_path / example.name
+def unpack(example, dest):
+    run = dest / example.name
     shutil.copytree(example, run, ignore=shutil.ignore_patterns("summary.md", "results.json", "report.html"))
     with tarfile.open(run / "raw.tar.xz") as t:
         t.extractall(run, filter="data")
-    r = subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    return run
+
+
+def report(*args):
+    return subprocess.run([sys.executable, "-m", "eval.cli", "report", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_rebuilds_from_its_raw_data(example, tmp_path):
+    run = unpack(example, tmp_path)
+    r = report(run)
     assert r.returncode in (0, 1), r.stderr[-2000:]
     old, new = (example / "summary.md").read_text(), (run / "summary.md").read_text()
     for start, end in (("## Comparison", "## Servers"), ("## old", "## new")):
@@ -32,4 +41,13 @@ def test_example_rebuilds_from_its_raw_data(example, tmp_path):
 
 
 def test_there_are_examples():
-    assert {p.name for p in EXAMPLES} >= {"cpu-smoke", "h200-cutlass-vs-torch"}
+    assert {p.name for p in EXAMPLES} >= {"cpu-smoke", "cpu-smoke-aa", "h200-cutlass-vs-torch"}
+
+
+def test_an_aa_run_is_shown_as_the_noise_floor(tmp_path):
+    ab = unpack(ROOT / "reports" / "examples" / "cpu-smoke", tmp_path)
+    aa = unpack(ROOT / "reports" / "examples" / "cpu-smoke-aa", tmp_path)
+    r = report(ab, "--noise-run", aa)
+    assert r.returncode == 0, r.stderr[-2000:]
+    noise = section((ab / "summary.md").read_text(), "## Noise floor (A/A", "## ")
+    assert "| Output throughput (tok/s) |" in noise and "| Median TTFT (ms) |" in noise

@@ -3,6 +3,7 @@ early death, teardown, the load generator end to end, lm-eval and the agreement 
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from conftest import GSM8K, MODEL, VLLM_PY, needs_server
 
-from eval import accuracy, agreement, server_metrics
+from eval import accuracy, agreement, cli, server_metrics
 from eval.backends import Backend
 from eval.benchmark import run_repeat
 from eval.errors import KernelMismatchError, PreflightError, ServerError
@@ -124,3 +125,14 @@ def test_teardown_leaves_no_process(tmp_path):
     srv.stop()
     assert group_members(pgid) == []
     srv.stop()  # idempotent
+
+
+def test_external_mode_benchmarks_a_running_server(live, tmp_path):
+    code = cli.main(["bench", "--url", live.url, "--model", "smollm2", "--tokenizer", str(MODEL),
+                     "--scenario", "scenarios/cpu-smoke.yaml", "--set", "workload.num_prompts=4",
+                     "--set", "workload.warmup_requests=0", "--out", str(tmp_path)])
+    assert code == 0
+    res = json.loads((tmp_path / "result.json").read_text())
+    vllm_keys = {"completed", "failed", "duration", "output_throughput", "median_ttft_ms", "p99_tpot_ms", "itls",
+                 "ttfts", "input_lens", "output_lens", "errors", "model_id", "num_prompts"}
+    assert vllm_keys <= set(res) and res["completed"] == 4 and len(res["itls"]) == 4

@@ -75,11 +75,14 @@ def throughput_plot(arms: list[ArmAnalysis]) -> Markup:
             n = int(math.ceil((t1 - t0) / 1e9)) + 1
             tok = np.zeros(n)
             for r in ok:
+                # Without per-chunk usage a coalesced chunk counts one; spread the request's exact
+                # total over its chunks so a coalescing server's throughput is not undercounted.
+                scale = r.output_tokens / max(sum(r.chunk_tokens), 1)
                 for t, c in zip(r.chunk_ns, r.chunk_tokens):
-                    tok[int((t - t0) / 1e9)] += c
+                    tok[int((t - t0) / 1e9)] += c * scale
             ax.plot(np.arange(n), tok, color=COLORS[arm.name], alpha=0.9 - 0.2 * min(k, 3),
                     label=f"{arm.name} repeat {k + 1}")
-    ax.set_title("Output tokens per second over each run")
+    ax.set_title("Output tokens per second over each run (coalesced chunks weighted by their request's token count)")
     ax.set_xlabel("seconds since the run's first request")
     ax.set_ylabel("tokens/s")
     ax.legend(fontsize=7, ncol=3)
@@ -115,13 +118,22 @@ def latency_vs_send_plot(arms: list[ArmAnalysis]) -> Markup:
 def change_plot(a: Analysis) -> Markup:
     rows = [r for r in a.comparison if math.isfinite(r.rel_change)]
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1))
+    # A few wild metrics (a p99 over 3 runs, ITL of a coalescing server) must not squash the
+    # rest: the axis spans 3x the typical change, and whatever lies beyond ends in an arrow.
+    lim = max(10.0, 3 * float(np.percentile([abs(100 * r.rel_change) for r in rows], 75))) if rows else 10.0
     for i, r in enumerate(rows):
         good = (r.rel_change > 0) == r.higher_is_better
         color = "#2ca02c" if r.verdict.value == "better" else "#d62728" if r.verdict.value == "worse" else "#7f7f7f"
-        lo = r.ci_low if math.isfinite(r.ci_low) else r.rel_change
-        hi = r.ci_high if math.isfinite(r.ci_high) else r.rel_change
-        ax.plot([100 * lo, 100 * hi], [i, i], color=color, lw=2)
-        ax.plot([100 * r.rel_change], [i], "o", color=color, ms=4, mfc=color if good else "white")
+        lo = 100 * (r.ci_low if math.isfinite(r.ci_low) else r.rel_change)
+        hi = 100 * (r.ci_high if math.isfinite(r.ci_high) else r.rel_change)
+        ax.plot([max(lo, -lim), min(hi, lim)], [i, i], color=color, lw=2)
+        for end, marker in ((lo < -lim and -lim, "<"), (hi > lim and lim, ">")):
+            if end:
+                ax.plot([end], [i], marker, color=color, ms=5)
+        x = 100 * r.rel_change
+        ax.plot([min(max(x, -lim), lim)], [i], "o" if abs(x) <= lim else (">" if x > 0 else "<"), color=color,
+                ms=4 if abs(x) <= lim else 7, mfc=color if good else "white")
+    ax.set_xlim(-lim * 1.05, lim * 1.05)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(rows)), [r.label for r in rows])
     ax.invert_yaxis()

@@ -38,8 +38,9 @@ def build_payload(p: RequestParams, prompt: str, max_tokens: int) -> dict[str, A
     body: dict[str, Any] = {
         "model": p.model, "max_tokens": max_tokens, "temperature": p.temperature, "stream": True,
         # Final usage gives each request's exact token count. Usage on every chunk would say how
-        # many tokens each coalesced chunk carries, but it costs vLLM's API server work per chunk:
-        # on the H200 at concurrency 128 it cost about 15% throughput. So it is opt-in.
+        # many tokens each coalesced chunk carries, but it adds work per chunk in vLLM's API
+        # server, the first part to saturate at high concurrency, and `vllm bench serve` does not
+        # ask for it: so it is opt-in (workload.usage_per_chunk), and the default load is vLLM's.
         "stream_options": {"include_usage": True, "continuous_usage_stats": p.usage_per_chunk},
     }
     if p.ignore_eos:

@@ -3,6 +3,10 @@
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
 #   bash benchmarks/h200/run.sh preflight|vsbench|ab|aa
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
+# Before: here, `make setup`, then copy $VSE_CACHE/models/SmolLM2-135M-Instruct/tokenizer*.json into
+# .gpuc/models/SmolLM2-135M-Instruct/ (git-ignored) and carry .gpuc: the dummy model's tokenizer.
+# Device calls used: 5 x `bash .gpu/install.sh 5` (one bundle part each, see ../shared/gpu), the last
+# one followed by `bash benchmarks/h200/run.sh preflight|vsbench`, then `... ab`, then `... aa`.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3

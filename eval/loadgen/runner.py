@@ -79,6 +79,13 @@ class _LagMonitor:
         return {"p50": float(np.median(a)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
 
 
+async def _sleep_until(deadline_ns: int) -> None:
+    """Never wake early: uvloop's timers have millisecond granularity and may fire a little
+    before the deadline, which would send a request before its scheduled time."""
+    while (left := deadline_ns - time.monotonic_ns()) > 0:
+        await asyncio.sleep(left / 1e9)
+
+
 async def _run_phase(session, params: RequestParams, prompts: list[Prompt], phase: str, shape: LoadShape,
                      count_tokens, on_done: Callable[[RequestRecord], None] | None, worker: int,
                      t0_ns: int | None = None) -> list[RequestRecord]:
@@ -105,9 +112,7 @@ async def _run_phase(session, params: RequestParams, prompts: list[Prompt], phas
         due = start_ns + int(off * 1e9)
         if deadline_ns and due >= deadline_ns:
             break
-        delay = (due - time.monotonic_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await _sleep_until(due)
         tasks.append(asyncio.create_task(one(p, max(due, start_ns))))
     if tasks:
         await asyncio.gather(*tasks)
@@ -124,8 +129,8 @@ async def run_load_async(params: RequestParams, prompts: list[Prompt], shape: Lo
         lag = _LagMonitor()
         lag.start()
         started = time.monotonic_ns()
-        if t0_ns and t0_ns > started:
-            await asyncio.sleep((t0_ns - started) / 1e9)
+        if t0_ns:
+            await _sleep_until(t0_ns)
         records = await _run_phase(session, params, prompts, phase, shape, count_tokens, on_done, worker, t0_ns)
         ended = time.monotonic_ns()
         lags = await lag.stop()

@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import vllm_bench_cli  # noqa: E402  (beside this file)
 from eval.loadgen.client import RequestParams  # noqa: E402
 from eval.loadgen.datasets import Prompt  # noqa: E402
 from eval.loadgen.runner import LoadShape, run_load  # noqa: E402
@@ -35,13 +36,6 @@ from eval.loadgen.runner import LoadShape, run_load  # noqa: E402
 RID = re.compile(r"\[rid=(\d+)\]")
 HERE = Path(__file__).resolve().parent
 
-# vllm bench serve, driven through its own argument parser, saving per-request details.
-VLLM_DRIVER = """
-import argparse, sys
-from vllm.benchmarks.serve import add_cli_args, main
-p = argparse.ArgumentParser(); add_cli_args(p)
-main(p.parse_args(sys.argv[1:]))
-"""
 
 
 def _post(url: str) -> None:
@@ -75,12 +69,12 @@ def run_ours(base: str, n: int, conc: int, out_tokens: int) -> dict[int, list[fl
 
 def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, tokenizer: str) -> dict[int, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [vllm_python, "-c", VLLM_DRIVER, "--backend", "openai", "--base-url", base,
+        argv = vllm_bench_cli.argv(vllm_python, "--backend", "openai", "--base-url", base,
                 "--endpoint", "/v1/completions", "--model", "reference", "--tokenizer", tokenizer,
                 "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(out_tokens),
                 "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
                 "--save-result", "--save-detailed", "--result-dir", tmp, "--result-filename", "r.json",
-                "--disable-tqdm", "--ready-check-timeout-sec", "0"]
+                "--disable-tqdm", "--ready-check-timeout-sec", "0")
         p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
         if p.returncode != 0:
             raise RuntimeError("vllm bench serve failed: " + (p.stderr or p.stdout)[-800:])

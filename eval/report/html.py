@@ -127,9 +127,10 @@ def change_plot(a: Analysis) -> Markup:
         lo = 100 * (r.ci_low if math.isfinite(r.ci_low) else r.rel_change)
         hi = 100 * (r.ci_high if math.isfinite(r.ci_high) else r.rel_change)
         ax.plot([max(lo, -lim), min(hi, lim)], [i, i], color=color, lw=2)
-        for end, marker in ((lo < -lim and -lim, "<"), (hi > lim and lim, ">")):
-            if end:
-                ax.plot([end], [i], marker, color=color, ms=5)
+        if lo < -lim:
+            ax.plot([-lim], [i], "<", color=color, ms=5)
+        if hi > lim:
+            ax.plot([lim], [i], ">", color=color, ms=5)
         x = 100 * r.rel_change
         ax.plot([min(max(x, -lim), lim)], [i], "o" if abs(x) <= lim else (">" if x > 0 else "<"), color=color,
                 ms=4 if abs(x) <= lim else 7, mfc=color if good else "white")

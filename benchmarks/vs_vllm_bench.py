@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import vllm_bench_cli  # noqa: E402  (beside this file)
 from eval import metrics, models  # noqa: E402
+from eval.cli import _sigterm  # noqa: E402
 from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
 from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--time-budget-s", type=float, default=1e9, help="start no new pair after this many seconds")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, _sigterm)  # a time limit's SIGTERM still stops the server and writes the table
     t0 = time.monotonic()
     s = load_scenario(a.scenario, overrides=a.set)
     out = Path(a.out)
@@ -96,6 +99,8 @@ def main() -> None:
             for step in ((ours, theirs) if k % 2 == 0 else (theirs, ours)):  # A B B A: linear drift cancels
                 step()
             (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha}, indent=1))
+    except KeyboardInterrupt:
+        print("interrupted: the table below holds the runs finished so far", flush=True)
     finally:
         srv.stop()
     table = ["| Metric | suite client | vllm bench serve | difference | target |", "|---|---:|---:|---:|---|"]

@@ -30,12 +30,12 @@ case ${1:-} in
     { time compare BACKEND=flashinfer; echo "exit code: $?"; } > "$OUT/flashinfer-preflight.txt" 2>&1
     cat "$OUT/flashinfer-preflight.txt" ;;
   vsbench)
-    { time python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs ${PAIRS:-2} --time-budget-s 320 $SET_ARGS; } 2>&1 | tee "$OUT/vsbench.log"
+    { time timeout -s TERM ${LIMIT} python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs ${PAIRS:-2} --time-budget-s ${VS_BUDGET:-380} $SET_ARGS; } 2>&1 | tee "$OUT/vsbench.log"
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
   ab)
     { time timeout -s TERM $LIMIT bash -c "$(declare -f compare); SC=$SC; compare BACKEND=torch ${SET:+SET=\"$SET\"}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   aa)  # the second CUTLASS server start against the first (the A/B run's baseline arm, reused)
     ab=$(ls -dt reports/*-torch/ | head -1)
-    { time compare AA=1 BASE_RUN=${ab%/}; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
+    { time timeout -s TERM $LIMIT bash -c "$(declare -f compare); SC=$SC; compare AA=1 BASE_RUN=${ab%/}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   *) echo "usage: $0 preflight|vsbench|ab|aa"; exit 2 ;;
 esac

@@ -4,7 +4,11 @@ A B A B so drift hits both. Prints a side-by-side table and writes vs_vllm_bench
 
 Usage (from the repo root; vLLM importable by --vllm-python):
   python benchmarks/vs_vllm_bench.py --scenario scenarios/h200-llama3.1-8b-fp8-dummy.yaml --out DIR [--pairs 2]
-The server is the scenario's baseline arm, started and stopped by the suite's own server code.
+The server is the scenario's baseline arm, started and stopped by the suite's own server code,
+with prefix caching off: every run sends the same prompts, and with the cache on, whichever tool
+ran second would be served from the first one's cache (on the H200 that made the second tool's
+median TTFT 3x lower). The server's own counters are scraped around every run of both tools, so
+the table also says what the server saw (its mean TTFT, prefix-cache hits).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import vllm_bench_cli  # noqa: E402  (beside this file)
-from eval import metrics, models  # noqa: E402
+from eval import metrics, models, server_metrics  # noqa: E402
 from eval.cli import _sigterm  # noqa: E402
 from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
@@ -30,7 +34,17 @@ from eval.server import ServerConfig, VllmServer  # noqa: E402
 KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
         ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
         ("mean_tpot_ms", "Mean TPOT (ms)", None), ("median_itl_ms", "Median ITL (ms)", None),
-        ("p99_itl_ms", "P99 ITL (ms)", None), ("request_throughput", "Request throughput (req/s)", None)]
+        ("p99_itl_ms", "P99 ITL (ms)", None), ("request_throughput", "Request throughput (req/s)", None),
+        ("server_mean_ttft_ms", "Server-side mean TTFT (ms)", None),
+        ("server_prefix_cache_hits", "Server prefix-cache hits (tokens)", None)]
+NO_PREFIX_CACHE = "--no-enable-prefix-caching"
+
+
+def server_view(d: dict | None) -> dict:
+    """The server's own numbers for one run, from a /metrics delta."""
+    d = d or {}
+    return {"server_mean_ttft_ms": d.get("server_mean_ttft_ms"),
+            "server_prefix_cache_hits": d.get("vllm:prefix_cache_hits_total")}
 
 
 def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: Path, n: int, conc: int,
@@ -70,8 +84,9 @@ def main() -> None:
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, m.tokenizer)
     sha = save_prompts(out / "prompts.jsonl", prompts)
     (out / "prompts-vllm.jsonl").write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts[: w.num_prompts]))
+    spec = s.arms.baseline.model_copy(update={"extra_args": [*s.arms.baseline.extra_args, NO_PREFIX_CACHE]})
     cfg = ServerConfig(arm="baseline", model=m.model, served_name=s.model.served_name, server=s.server,
-                       spec=s.arms.baseline, load_format=s.model.load_format)
+                       spec=spec, load_format=s.model.load_format)
     srv = VllmServer(cfg, out / "server.log").start()
     rows: dict[str, list[dict]] = {"suite client": [], "vllm bench serve": []}
     try:
@@ -85,14 +100,16 @@ def main() -> None:
             def ours() -> None:
                 res = run_repeat(srv.url, s.model.served_name, prompts[: w.num_prompts], w, out / "suite", repeat=k,
                                  tokenizer_path=m.tokenizer, prompts_sha=sha, warmup=prompts[w.num_prompts:])
-                got = repeat_metrics(res, w.percentiles, w.goodput)
-                rows["suite client"].append({key: got[key] for key, _, _ in KEYS})
+                got = {**repeat_metrics(res, w.percentiles, w.goodput), **server_view(res.meta["server_metrics_delta"])}
+                rows["suite client"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(metrics.vllm_block(got, w.percentiles), flush=True)
 
             def theirs() -> None:
+                before = server_metrics.scrape(srv.url)  # includes vllm bench's warm-up: see the note in the table
                 got = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
                                  w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
                                  w.warmup_requests, w.temperature, out, k)
+                got.update(server_view(server_metrics.delta(before, server_metrics.scrape(srv.url))))
                 rows["vllm bench serve"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
 
@@ -105,16 +122,19 @@ def main() -> None:
         srv.stop()
     table = ["| Metric | suite client | vllm bench serve | difference | target |", "|---|---:|---:|---:|---|"]
     for key, label, tol in KEYS:
-        ours = [r[key] for r in rows["suite client"]]
-        theirs = [r[key] for r in rows["vllm bench serve"] if r[key] is not None]
+        ours = [r[key] for r in rows["suite client"] if r.get(key) is not None]
+        theirs = [r[key] for r in rows["vllm bench serve"] if r.get(key) is not None]
         if not ours or not theirs:
             continue
         mo, mt = sum(ours) / len(ours), sum(theirs) / len(theirs)
-        diff = mo / mt - 1
-        target = "" if tol is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
-        table.append(f"| {label} | {mo:,.2f} | {mt:,.2f} | {diff:+.2%} | {target} |")
-    text = (f"Same server, same {w.num_prompts} prompts (sha256 {sha[:12]}), {len(rows['suite client'])} run(s) of each, "
-            "in the order suite, vllm, vllm, suite; values are means over runs.\n\n" + "\n".join(table) + "\n")
+        diff = mo / mt - 1 if mt else None
+        target = "" if tol is None or diff is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
+        table.append(f"| {label} | {mo:,.2f} | {mt:,.2f} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |")
+    text = (f"Same server (prefix caching off), same {w.num_prompts} prompts (sha256 {sha[:12]}), "
+            f"{len(rows['suite client'])} run(s) of each, in the order suite, vllm, vllm, suite; values are means "
+            "over runs. The server-side TTFT of `vllm bench serve` runs also covers its warm-up requests (it "
+            "has no hook between warm-up and run); the suite's covers the measured requests only.\n\n"
+            + "\n".join(table) + "\n")
     (out / "vs_vllm_bench.md").write_text(text)
     print(text)
 

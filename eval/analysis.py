@@ -121,8 +121,9 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 20
         cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
         if cpt and min(cpt) < 0.9:
             notes.append(f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
-                         "its ITL measures gaps between chunks, not tokens: compare TPOT. (Seen with random "
-                         "weights and greedy decoding: tokens the tokenizer cannot decode stream no text.)")
+                         "its ITL measures gaps between chunks, not tokens: compare TPOT. (vLLM sends no chunk for "
+                         "a token that decodes to no new text, common with random weights, and merges a stream's "
+                         "pending tokens into one chunk when its API server falls behind at high token rates.)")
     results: list[GateResult] = []
     if s.accuracy.enabled and not _random_weights(run, s):
         accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}

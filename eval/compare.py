@@ -176,6 +176,11 @@ class Orchestrator:
         if [load_prompts(p) for p in src_prompts] != self.prompts[: len(src_prompts)] or len(src_prompts) < len(self.prompts):
             raise SuiteError(f"{arm.upper()}_RUN={src_run}: its prompts differ from this scenario's; "
                              "the arms would not be comparable")
+        want = getattr(self.s.arms, arm).backend.value
+        got = {s.get("requested_backend") for s in read_json(src / "servers.json")}
+        if got != {want}:
+            raise SuiteError(f"{arm.upper()}_RUN={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
+                             f"this scenario's {arm} is {want}")
         shutil.copytree(src, self.run_dir / arm)
         self.status.phase("reused arm", arm=arm, source=str(src_run))
         self.log(f"{arm}: reused from {src_run}")

@@ -111,6 +111,13 @@ def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
     assert "| FAIL |" in (new / "summary.md").read_text()
 
 
+def test_reusing_an_arm_that_ran_another_backend_is_refused(smoke, tmp_path):
+    run, _ = smoke  # its candidate ran backend "none"; this run's candidate asks for auto
+    r = cli(*SMALL, "--cand-run", str(run), "--backend", "auto", reports=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "CANDIDATE_RUN=" in r.stderr and "ran backend none" in r.stderr and "is auto" in r.stderr, r.stderr[-2000:]
+
+
 def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
     r = cli("--set", "server.extra_args=[--no-such-flag]", reports=tmp_path, timeout=600)
     assert r.returncode == 2

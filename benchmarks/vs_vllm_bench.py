@@ -4,6 +4,7 @@ A B A B so drift hits both. Prints a side-by-side table and writes vs_vllm_bench
 
 Usage (from the repo root; vLLM importable by --vllm-python):
   python benchmarks/vs_vllm_bench.py --scenario scenarios/h200-llama3.1-8b-fp8-dummy.yaml --out DIR [--pairs 2]
+  python benchmarks/vs_vllm_bench.py --render DIR/vs_vllm_bench.json   # the table again, from the file
 The server is the scenario's baseline arm, started and stopped by the suite's own server code,
 with prefix caching off: every run sends the same prompts, and with the cache on, whichever tool
 ran second would be served from the first one's cache (on the H200 that made the second tool's
@@ -68,12 +69,22 @@ def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--scenario")
+    ap.add_argument("--render", metavar="JSON", help="only rebuild the table from a vs_vllm_bench.json")
     ap.add_argument("--set", action="append", default=[])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--time-budget-s", type=float, default=1e9, help="start no new pair after this many seconds")
     a = ap.parse_args()
+    if a.render:
+        data = json.loads(Path(a.render).read_text())
+        beside = Path(a.render).with_name("vllm-bench-0.json")  # files written before num_prompts was kept
+        if "num_prompts" not in data and beside.is_file():
+            data["num_prompts"] = json.loads(beside.read_text())["num_prompts"]
+        print(render(data), end="")
+        return
+    if not (a.scenario and a.out):
+        ap.error("--scenario and --out are needed (or --render)")
     signal.signal(signal.SIGTERM, _sigterm)  # a time limit's SIGTERM still stops the server and writes the table
     t0 = time.monotonic()
     s = load_scenario(a.scenario, overrides=a.set)
@@ -115,28 +126,49 @@ def main() -> None:
 
             for step in ((ours, theirs) if k % 2 == 0 else (theirs, ours)):  # A B B A: linear drift cancels
                 step()
-            (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha}, indent=1))
+            (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha,
+                                                                "num_prompts": w.num_prompts}, indent=1))
     except KeyboardInterrupt:
         print("interrupted: the table below holds the runs finished so far", flush=True)
     finally:
         srv.stop()
-    table = ["| Metric | suite client | vllm bench serve | difference | target |", "|---|---:|---:|---:|---|"]
-    for key, label, tol in KEYS:
+    (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha,
+                                                        "num_prompts": w.num_prompts}, indent=1))
+    text = render(json.loads((out / "vs_vllm_bench.json").read_text()))
+    (out / "vs_vllm_bench.md").write_text(text)
+    print(text)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def render(data: dict) -> str:
+    """The side-by-side table, from vs_vllm_bench.json alone (so it can be rebuilt from the file)."""
+    rows = data["rows"]
+    for r in (*rows["suite client"], *rows["vllm bench serve"]):  # what the client adds to the server's TTFT
+        if r.get("server_mean_ttft_ms") is not None:
+            r["client_minus_server_ttft_ms"] = r["mean_ttft_ms"] - r["server_mean_ttft_ms"]
+    keys = [*KEYS, ("client_minus_server_ttft_ms", "Client minus server mean TTFT (ms)", None)]
+    n = len(rows["suite client"])
+    order = [tool for k in range(n) for tool in (("suite", "vllm") if k % 2 == 0 else ("vllm", "suite"))]
+    runs = {tool: ", ".join(str(i + 1) for i, x in enumerate(order) if x == tool) for tool in ("suite", "vllm")}
+    table = [f"| Metric | suite client (runs {runs['suite']}) | vllm bench serve (runs {runs['vllm']}) | "
+             "difference of means | target |", "|---|---:|---:|---:|---|"]
+    for key, label, tol in keys:
         ours = [r[key] for r in rows["suite client"] if r.get(key) is not None]
         theirs = [r[key] for r in rows["vllm bench serve"] if r.get(key) is not None]
         if not ours or not theirs:
             continue
-        mo, mt = sum(ours) / len(ours), sum(theirs) / len(theirs)
+        mo, mt = _mean(ours), _mean(theirs)
         diff = mo / mt - 1 if mt else None
         target = "" if tol is None or diff is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
-        table.append(f"| {label} | {mo:,.2f} | {mt:,.2f} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |")
-    text = (f"Same server (prefix caching off), same {w.num_prompts} prompts (sha256 {sha[:12]}), "
-            f"{len(rows['suite client'])} run(s) of each, in the order suite, vllm, vllm, suite; values are means "
-            "over runs. The server-side TTFT of `vllm bench serve` runs also covers its warm-up requests (it "
-            "has no hook between warm-up and run); the suite's covers the measured requests only.\n\n"
-            + "\n".join(table) + "\n")
-    (out / "vs_vllm_bench.md").write_text(text)
-    print(text)
+        each = lambda xs: ", ".join(f"{x:,.2f}" for x in xs)  # noqa: E731
+        table.append(f"| {label} | {each(ours)} | {each(theirs)} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |")
+    return (f"Same server (prefix caching off), same {data.get('num_prompts', '?')} prompts (sha256 "
+            f"{data['prompts_sha256'][:12]}), {n} run(s) of each, in the order {', '.join(order)}. "
+            "The server-side TTFT of `vllm bench serve` runs also covers its warm-up requests (it has no hook "
+            "between warm-up and run); the suite's covers the measured requests only.\n\n" + "\n".join(table) + "\n")
 
 
 if __name__ == "__main__":

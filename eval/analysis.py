@@ -99,6 +99,12 @@ def load_scenario_from_run(run_dir: Path) -> Scenario:
     return Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
 
 
+def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
+    """What the noise run did differently; a noise floor only holds for the same load."""
+    mine, theirs = s.workload.model_dump(mode="json"), other.workload.model_dump(mode="json")
+    return [f"{k}: {theirs[k]} there, {mine[k]} here" for k in mine if mine[k] != theirs.get(k)]
+
+
 def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 2000) -> Analysis:
     run_dir = Path(run_dir)
     s = load_scenario_from_run(run_dir)
@@ -147,6 +153,9 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 20
     if noise_run is not None:
         na = analyze(noise_run, bootstrap=bootstrap)
         noise = na.comparison
+        if differ := _workload_differences(s, na.scenario):
+            notes.append(f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
+                         "are not this run's noise floor, only an indication")
     status = run.get("status")
     if status != "complete":
         code = EXIT_RUN_FAILED

@@ -168,7 +168,8 @@ class Orchestrator:
             self.status.phase("stop server", arm=arm)
             srv.stop()
 
-    def reuse_arm(self, arm: str, src_run: Path) -> None:
+    def check_reusable(self, arm: str, src_run: Path) -> None:
+        """Refuses, before any server starts, an arm that would not be comparable."""
         src = Path(src_run) / arm
         if not (src / "servers.json").is_file():
             raise SuiteError(f"{arm.upper()}_RUN={src_run}: no finished {arm} arm there")
@@ -181,7 +182,9 @@ class Orchestrator:
         if got != {want}:
             raise SuiteError(f"{arm.upper()}_RUN={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
                              f"this scenario's {arm} is {want}")
-        shutil.copytree(src, self.run_dir / arm)
+
+    def reuse_arm(self, arm: str, src_run: Path) -> None:
+        shutil.copytree(Path(src_run) / arm, self.run_dir / arm)
         self.status.phase("reused arm", arm=arm, source=str(src_run))
         self.log(f"{arm}: reused from {src_run}")
 
@@ -189,6 +192,8 @@ class Orchestrator:
         self.prepare()
         order = self.s.run.order
         reuse = self.opts.reuse or {}
+        for arm, src_run in reuse.items():
+            self.check_reusable(arm, src_run)
         w = self.s.workload
         if self.s.run.interleave:
             for k in range(w.repeats):

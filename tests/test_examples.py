@@ -41,7 +41,7 @@ def test_example_rebuilds_from_its_raw_data(example, tmp_path):
 
 
 def test_there_are_examples():
-    assert {p.name for p in EXAMPLES} >= {"cpu-smoke", "cpu-smoke-aa", "h200-cutlass-vs-torch"}
+    assert {p.name for p in EXAMPLES} >= {"cpu-smoke", "cpu-smoke-aa", "h200-cutlass-vs-torch", "h200-aa"}
 
 
 def test_an_aa_run_is_shown_as_the_noise_floor(tmp_path):
@@ -51,3 +51,20 @@ def test_an_aa_run_is_shown_as_the_noise_floor(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     noise = section((ab / "summary.md").read_text(), "## Noise floor (A/A", "## ")
     assert "| Output throughput (tok/s) |" in noise and "| Median TTFT (ms) |" in noise
+
+
+def test_a_noise_run_with_another_workload_is_flagged(tmp_path):
+    ab = unpack(ROOT / "reports" / "examples" / "h200-cutlass-vs-torch", tmp_path)  # 128 prompts per repeat
+    aa = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)  # 384
+    r = report(ab, "--noise-run", aa)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = (ab / "summary.md").read_text()
+    assert "had another workload (num_prompts: 384 there, 128 here)" in text and "## Noise floor (A/A" in text
+
+
+def test_vs_vllm_bench_table_rebuilds_from_its_json():
+    d = ROOT / "reports" / "examples" / "h200-vs-vllm-bench"
+    r = subprocess.run([sys.executable, "benchmarks/vs_vllm_bench.py", "--render", str(d / "vs_vllm_bench.json")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == (d / "vs_vllm_bench.md").read_text()

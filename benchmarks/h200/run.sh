@@ -6,7 +6,9 @@
 # Before: here, `make setup`, then copy $VSE_CACHE/models/SmolLM2-135M-Instruct/tokenizer*.json into
 # .gpuc/models/SmolLM2-135M-Instruct/ (git-ignored) and carry .gpuc: the dummy model's tokenizer.
 # Device calls used: 5 x `bash .gpu/install.sh 5` (one bundle part each, see ../shared/gpu), the last
-# one followed by `bash benchmarks/h200/run.sh preflight|vsbench`, then `... aa`, then `... ab`.
+# one followed by `bash benchmarks/h200/run.sh preflight|vsbench`, then `... aa`, then `... ab`; carry
+# .gpuc in every call (a path not carried is removed there). Seen on 2026-12-02: vsbench 466 s (with the
+# first, cold vLLM start of 186 s), aa 437 s; ab about 250 s after aa. 30 min fit the bundle, vsbench, aa.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3

@@ -62,9 +62,14 @@ def test_a_noise_run_with_another_workload_is_flagged(tmp_path):
     assert "had another workload (num_prompts: 384 there, 128 here)" in text and "## Noise floor (A/A" in text
 
 
-def test_vs_vllm_bench_table_rebuilds_from_its_json():
-    d = ROOT / "reports" / "examples" / "h200-vs-vllm-bench"
-    r = subprocess.run([sys.executable, "benchmarks/vs_vllm_bench.py", "--render", str(d / "vs_vllm_bench.json")],
+VS_TABLES = [("h200-vs-vllm-bench/vs_vllm_bench.json", "h200-vs-vllm-bench/vs_vllm_bench.md"),
+             ("vs-vllm-bench-cpu.json", "vs-vllm-bench-cpu.md"), ("vs-vllm-bench-cpu-2pairs.json", "vs-vllm-bench-cpu-2pairs.md")]
+
+
+@pytest.mark.parametrize("data,table", VS_TABLES, ids=[t for _, t in VS_TABLES])
+def test_vs_vllm_bench_table_rebuilds_from_its_json(data, table):
+    d = ROOT / "reports" / "examples"
+    r = subprocess.run([sys.executable, "benchmarks/vs_vllm_bench.py", "--render", str(d / data)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout == (d / "vs_vllm_bench.md").read_text()
+    assert r.stdout == (d / table).read_text()

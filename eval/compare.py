@@ -171,16 +171,17 @@ class Orchestrator:
     def check_reusable(self, arm: str, src_run: Path) -> None:
         """Refuses, before any server starts, an arm that would not be comparable."""
         src = Path(src_run) / arm
+        var = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}[arm]  # as the Makefile spells it
         if not (src / "servers.json").is_file():
-            raise SuiteError(f"{arm.upper()}_RUN={src_run}: no finished {arm} arm there")
+            raise SuiteError(f"{var}={src_run}: no finished {arm} arm there")
         src_prompts = sorted((Path(src_run) / "prompts").glob("prompts-*.jsonl"))
         if [load_prompts(p) for p in src_prompts] != self.prompts[: len(src_prompts)] or len(src_prompts) < len(self.prompts):
-            raise SuiteError(f"{arm.upper()}_RUN={src_run}: its prompts differ from this scenario's; "
+            raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; "
                              "the arms would not be comparable")
         want = getattr(self.s.arms, arm).backend.value
         got = {s.get("requested_backend") for s in read_json(src / "servers.json")}
         if got != {want}:
-            raise SuiteError(f"{arm.upper()}_RUN={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
+            raise SuiteError(f"{var}={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
                              f"this scenario's {arm} is {want}")
 
     def reuse_arm(self, arm: str, src_run: Path) -> None:

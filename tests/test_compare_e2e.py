@@ -115,7 +115,7 @@ def test_reusing_an_arm_that_ran_another_backend_is_refused(smoke, tmp_path):
     run, _ = smoke  # its candidate ran backend "none"; this run's candidate asks for auto
     r = cli(*SMALL, "--cand-run", str(run), "--backend", "auto", reports=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert "CANDIDATE_RUN=" in r.stderr and "ran backend none" in r.stderr and "is auto" in r.stderr, r.stderr[-2000:]
+    assert "CAND_RUN=" in r.stderr and "ran backend none" in r.stderr and "is auto" in r.stderr, r.stderr[-2000:]
     (new,) = run_dirs(tmp_path)  # refused before the baseline's server, not after it
     assert "start server" not in [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
 

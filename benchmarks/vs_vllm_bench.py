@@ -100,6 +100,12 @@ def main() -> None:
                        spec=spec, load_format=s.model.load_format)
     srv = VllmServer(cfg, out / "server.log").start()
     rows: dict[str, list[dict]] = {"suite client": [], "vllm bench serve": []}
+
+    def save() -> dict:  # after every pair, so a run cut short keeps what it measured
+        data = {"rows": rows, "prompts_sha256": sha, "num_prompts": w.num_prompts}
+        (out / "vs_vllm_bench.json").write_text(json.dumps(data, indent=1))
+        return data
+
     try:
         ready = srv.wait_healthy(s.server.startup_timeout_s)
         print(f"server ready after {ready:.0f} s; kernel {srv.check_kernel()}", flush=True)
@@ -126,15 +132,12 @@ def main() -> None:
 
             for step in ((ours, theirs) if k % 2 == 0 else (theirs, ours)):  # A B B A: linear drift cancels
                 step()
-            (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha,
-                                                                "num_prompts": w.num_prompts}, indent=1))
+            save()
     except KeyboardInterrupt:
         print("interrupted: the table below holds the runs finished so far", flush=True)
     finally:
         srv.stop()
-    (out / "vs_vllm_bench.json").write_text(json.dumps({"rows": rows, "prompts_sha256": sha,
-                                                        "num_prompts": w.num_prompts}, indent=1))
-    text = render(json.loads((out / "vs_vllm_bench.json").read_text()))
+    text = render(save())
     (out / "vs_vllm_bench.md").write_text(text)
     print(text)
 
@@ -143,21 +146,29 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+CLIENT_MINUS_SERVER = "client_minus_server_ttft_ms"
+
+
+def _value(row: dict, key: str) -> float | None:
+    """A stored metric, or the one derived row: what the client adds to the server's own TTFT."""
+    if key != CLIENT_MINUS_SERVER:
+        return row.get(key)
+    server = row.get("server_mean_ttft_ms")
+    return None if server is None else row["mean_ttft_ms"] - server
+
+
 def render(data: dict) -> str:
     """The side-by-side table, from vs_vllm_bench.json alone (so it can be rebuilt from the file)."""
     rows = data["rows"]
-    for r in (*rows["suite client"], *rows["vllm bench serve"]):  # what the client adds to the server's TTFT
-        if r.get("server_mean_ttft_ms") is not None:
-            r["client_minus_server_ttft_ms"] = r["mean_ttft_ms"] - r["server_mean_ttft_ms"]
-    keys = [*KEYS, ("client_minus_server_ttft_ms", "Client minus server mean TTFT (ms)", None)]
+    keys = [*KEYS, (CLIENT_MINUS_SERVER, "Client minus server mean TTFT (ms)", None)]
     n = len(rows["suite client"])
     order = [tool for k in range(n) for tool in (("suite", "vllm") if k % 2 == 0 else ("vllm", "suite"))]
     runs = {tool: ", ".join(str(i + 1) for i, x in enumerate(order) if x == tool) for tool in ("suite", "vllm")}
     table = [f"| Metric | suite client (runs {runs['suite']}) | vllm bench serve (runs {runs['vllm']}) | "
              "difference of means | target |", "|---|---:|---:|---:|---|"]
     for key, label, tol in keys:
-        ours = [r[key] for r in rows["suite client"] if r.get(key) is not None]
-        theirs = [r[key] for r in rows["vllm bench serve"] if r.get(key) is not None]
+        ours, theirs = ([v for r in rows[tool] if (v := _value(r, key)) is not None]
+                        for tool in ("suite client", "vllm bench serve"))
         if not ours or not theirs:
             continue
         mo, mt = _mean(ours), _mean(theirs)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vllm_bench_cli  # noqa: E402  (beside this file)
 from eval import metrics, models, server_metrics  # noqa: E402
 from eval.cli import _sigterm  # noqa: E402
+from eval.errors import SuiteError  # noqa: E402
 from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
 from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
@@ -183,4 +184,8 @@ def render(data: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (SuiteError, RuntimeError, OSError) as e:  # bad scenario, vllm bench failed, missing file
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)  # as the suite's CLI does for a run that could not be made

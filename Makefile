@@ -23,8 +23,11 @@ BASE_RUN ?=
 CAND_RUN ?=
 NOISE_RUN ?=
 AA ?=
+RESUME ?=
+BUDGET ?=
+MAX_STARTS ?=
 
-.PHONY: compare report test setup check clean-venv
+.PHONY: compare report test setup setup-gpu-carry check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: creating the suite's environment in $(VENV)"
@@ -36,7 +39,8 @@ $(VENV)/.installed: pyproject.toml
 compare: $(SUITE_ENV)
 	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
 		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
-		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa)
+		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa) \
+		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(RESUME),--resume $(RESUME))
 
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }
@@ -44,6 +48,11 @@ report: $(SUITE_ENV)
 
 setup: $(SUITE_ENV)
 	$(PY) -m eval.cli setup
+
+# The GPU machine reaches no registry: copy what its scenarios need (the Llama 3 tokenizer) into
+# .gpuc, to carry there (benchmarks/h200/run.sh sets VSE_CACHE to it).
+setup-gpu-carry: setup
+	mkdir -p .gpuc/models && cp -r $(VSE_CACHE)/models/llama3-tokenizer .gpuc/models/
 
 check: $(SUITE_ENV)
 	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))

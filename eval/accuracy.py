@@ -9,7 +9,9 @@ own gsm8k task and only swaps the data source.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,12 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import small_tasks
 from .errors import SuiteError
 from .rundir import read_json, write_json
 from .scenario import AccuracySpec
-
-LM_EVAL_ERROR_TAIL = 4000
-
 
 class AccuracyError(SuiteError):
     pass
@@ -39,6 +39,10 @@ class AccuracyResult:
     num_fewshot: dict[str, Any] = field(default_factory=dict)
     table: str = ""
     raw_path: str = ""
+    # "task/metric,filter" -> {question id: 1 right, 0 wrong}, from lm-eval's logged samples:
+    # both arms answer the same questions, so the comparison can be paired.
+    per_question: dict[str, dict[str, int]] = field(default_factory=dict)
+    subset: str = ""  # how the questions were chosen when limit is set
 
 
 def _lm_eval_task_yaml(task: str) -> Path:
@@ -48,15 +52,19 @@ def _lm_eval_task_yaml(task: str) -> Path:
 
 
 def offline_task_dir(spec: AccuracySpec, dest: Path) -> Path | None:
-    """Task YAMLs that read gsm8k from spec.data_dir (train.jsonl, test.jsonl) instead of the hub."""
+    """Task YAMLs that read gsm8k from spec.data_dir (train.jsonl, test.jsonl) instead of the hub,
+    and the suite's own small tasks (eval/small_tasks.py), which need no download."""
+    own = [t for t in spec.tasks if t in small_tasks.TASKS]
+    for task in own:
+        small_tasks.write_task(task, dest)
     if not spec.data_dir:
-        return None
+        return dest if own else None
     data = Path(spec.data_dir).resolve()
     for split in ("train", "test"):
         if not (data / f"{split}.jsonl").is_file():
             raise AccuracyError(f"accuracy.data_dir: {data} has no {split}.jsonl")
     dest.mkdir(parents=True, exist_ok=True)
-    for task in spec.tasks:
+    for task in [t for t in spec.tasks if t not in small_tasks.TASKS]:
         base = _lm_eval_task_yaml(task)
         if not base.is_file():
             raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task} to read from {data}")
@@ -64,6 +72,33 @@ def offline_task_dir(spec: AccuracySpec, dest: Path) -> Path | None:
             f"include: {base}\ntask: {task}\ndataset_path: json\ndataset_name: null\n"
             f"dataset_kwargs:\n  data_files:\n    train: {data / 'train.jsonl'}\n    test: {data / 'test.jsonl'}\n")
     return dest
+
+
+def question_count(spec: AccuracySpec, task: str) -> int | None:
+    """How many test questions a task has, where that is known without loading it."""
+    if task in small_tasks.TASKS:
+        return small_tasks.TASKS[task].n_test
+    if spec.data_dir and (Path(spec.data_dir) / "test.jsonl").is_file():
+        with open(Path(spec.data_dir) / "test.jsonl") as f:
+            return sum(1 for line in f if line.strip())
+    return None
+
+
+def subset(spec: AccuracySpec) -> tuple[dict[str, list[int]] | None, str]:
+    """With limit set: a seeded random subset of each task's questions (the same for both arms),
+    not the first N, whose difficulty need not match the full set's. Falls back to lm-eval's
+    first-N limit only where the question count is unknown (a hub dataset)."""
+    if not spec.limit:
+        return None, ""
+    picks, notes = {}, []
+    for task in spec.tasks:
+        n, lim = question_count(spec, task), spec.limit_for(task)
+        if n is None:
+            return None, f"the first {lim} questions (question count unknown: not a random subset)"
+        k = min(lim or n, n)
+        picks[task] = sorted(random.Random(f"{spec.limit_seed}:{task}").sample(range(n), k))
+        notes.append(f"{task}: {k} of {n}")
+    return picks, f"a random subset (seed {spec.limit_seed}): " + ", ".join(notes)
 
 
 def lm_eval_argv(spec: AccuracySpec, base_url: str, model: str, out: Path, include: Path | None) -> list[str]:
@@ -76,10 +111,14 @@ def lm_eval_argv(spec: AccuracySpec, base_url: str, model: str, out: Path, inclu
     argv = [sys.executable, "-m", "lm_eval", "--model", "local-completions",
             "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
             "--tasks", ",".join(spec.tasks), "--num_fewshot", str(spec.num_fewshot),
-            "--gen_kwargs", f"max_gen_toks={spec.max_gen_toks}",
+            "--gen_kwargs", ",".join(f"{k}={v}" for k, v in {"max_gen_toks": spec.max_gen_toks,
+                                                               **spec.gen_kwargs}.items()),
             "--output_path", str(out), "--log_samples", "--seed", "0"]
-    if spec.limit:
-        argv += ["--limit", str(spec.limit)]
+    picks, _ = subset(spec)
+    if picks:
+        argv += ["--samples", json.dumps(picks, separators=(",", ":"))]
+    elif spec.limit:
+        argv += ["--limit", str(max(spec.limit.values()) if isinstance(spec.limit, dict) else spec.limit)]
     if include:
         argv += ["--include_path", str(include)]
     return argv
@@ -99,7 +138,7 @@ def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s:
     include = offline_task_dir(spec, out / "tasks")
     argv = lm_eval_argv(spec, base_url, model, out / "lm_eval", include)
     env = dict(os.environ)
-    if include:
+    if spec.data_dir or all(t in small_tasks.TASKS for t in spec.tasks):  # nothing to fetch from the hub
         env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     log_path = out / "lm_eval.log"
     with open(log_path, "w") as log:
@@ -123,6 +162,8 @@ def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s:
     if not found:
         raise AccuracyError(f"lm-eval wrote no results JSON (log: {log_path})")
     result = parse_results(read_json(found[-1]))
+    result.per_question = per_question(found[-1].parent)
+    result.subset = subset(spec)[1]
     result.raw_path = str(found[-1].relative_to(out.parent) if out.parent in found[-1].parents else found[-1])
     write_json(out / "accuracy.json", result.__dict__)
     return result
@@ -142,6 +183,24 @@ def parse_results(raw: dict[str, Any]) -> AccuracyResult:
                 r.scores[f"{task}/{key}"] = float(v)
     r.table = make_table(raw)
     return r
+
+
+def per_question(results_dir: Path) -> dict[str, dict[str, int]]:
+    """Per-question correctness from lm-eval's samples_<task>_*.jsonl (one line per question and
+    filter, with each metric's value)."""
+    out: dict[str, dict[str, int]] = {}
+    for f in sorted(results_dir.glob("samples_*.jsonl")):
+        task = f.name.removeprefix("samples_").rsplit("_", 1)[0]
+        with open(f) as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                for metric in row.get("metrics", []):
+                    v = row.get(metric)
+                    if isinstance(v, (int, float)):
+                        out.setdefault(f"{task}/{metric},{row.get('filter', 'none')}", {})[str(row["doc_id"])] = int(v > 0)
+    return out
 
 
 def make_table(raw: dict[str, Any]) -> str:

@@ -93,6 +93,21 @@ def load(path: Path) -> list[Completion] | None:
         return [Completion(**json.loads(line)) for line in f if line.strip()]
 
 
+def degenerate(comps: list[Completion]) -> str:
+    """Why these outputs cannot show a numerical difference, or "" when they can. vLLM's dummy
+    weights give every token the same logprob and every prompt the same repeated token; two
+    arms then agree 100% whatever their GEMMs compute."""
+    ok = [c for c in comps if not c.error and c.tokens]
+    if not ok:
+        return "no output tokens"
+    lps = np.array([x for c in ok for x in c.logprobs if np.isfinite(x)])
+    if len(lps) > 1 and np.ptp(lps) < 1e-6:
+        return f"every chosen token has the same logprob ({lps[0]:.4f}): outputs are degenerate"
+    if all(len(set(c.tokens)) == 1 for c in ok):
+        return "every output repeats one token"
+    return ""
+
+
 def compare(base: list[Completion], cand: list[Completion]) -> dict[str, Any]:
     """Exact-match rate of whole outputs, first divergence position, and |logprob difference|
     of the chosen tokens while the two outputs still agree."""
@@ -110,7 +125,7 @@ def compare(base: list[Completion], cand: list[Completion]) -> dict[str, Any]:
         diffs += [abs(b.logprobs[i] - c.logprobs[i]) for i in range(div)
                   if np.isfinite(b.logprobs[i]) and np.isfinite(c.logprobs[i])]
     d = np.asarray(diffs or [0.0])
-    return {
+    return {"degenerate": degenerate(base + cand),
         "prompts": len(pairs), "errors": len(base) - len(pairs),
         "exact_match_rate": exact / len(pairs),
         "diverged": len(first_div),

@@ -9,16 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
-from . import accuracy, agreement, gates, metrics, stats
+from . import accuracy, agreement, decide, gates, metrics, stats
 from .benchmark import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
 from .rundir import read_json
 from .scenario import Scenario
 
 ARMS = ("baseline", "candidate")
-EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED = 0, 1, 2
+EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
+# Runs are checked for disturbance on the metrics that move least within one server start.
+HEALTH_METRICS = ("output_throughput", "median_tpot_ms")
 
 
 @dataclass
@@ -33,6 +36,7 @@ class ArmAnalysis:
     accuracy: accuracy.AccuracyResult | None
     accuracy_status: str
     agreement: list[agreement.Completion] | None
+    agreement_self: list[agreement.Completion] | None = None
     raw: list[Any] = field(default_factory=list)  # benchmark.RepeatResult per repeat: records + meta
     server_deltas: list[dict[str, Any] | None] = field(default_factory=list)
     loop_lag_ms: list[dict[str, float]] = field(default_factory=list)
@@ -55,6 +59,11 @@ class Analysis:
     exit_code: int
     notes: list[str]
     noise_floor: list[stats.MetricComparison] | None = None
+    agreement_self: dict[str, Any] | None = None
+    disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
+    look: int = 1
+    looks: int = 1
+    gate_alpha: float = 0.05
 
     @property
     def complete(self) -> bool:
@@ -82,6 +91,8 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     reps = load_repeats(d)
     pct = s.workload.percentiles
     per = [repeat_metrics(r, pct, s.workload.goodput) for r in reps]
+    starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
+    wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
     block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
     acc = accuracy.load(d)
     status_file = d / "accuracy" / "status.json"
@@ -89,14 +100,31 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     return ArmAnalysis(
         name=name, label=spec.label, backend=spec.backend.value, servers=servers,
         repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
-        repeat_data=[stats.repeat_data(r.records, _good_fn(s)) for r in reps], block=block,
+        repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave)
+                     for r, st in zip(reps, starts)], block=block,
         accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),
+        agreement_self=agreement.load(d / "agreement-self.jsonl"),
         raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
         loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps])
 
 
+def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
+    """The server start a run was measured on. Runs made before starts were recorded: one
+    server per arm, or (the old interleaved mode) one server per run."""
+    if "server_start" in meta:
+        return int(meta["server_start"])
+    return i if n_servers == n_reps > 1 else 0
+
+
 def load_scenario_from_run(run_dir: Path) -> Scenario:
-    return Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text()))
+    data = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    run = data.get("run") or {}
+    if "interleave" in run:  # runs made before server starts were the unit
+        interleaved = run.pop("interleave")
+        w = data.setdefault("workload", {})
+        run["server_starts"] = w.get("repeats", 3) if interleaved else 1
+        w["repeats"] = 1 if interleaved else w.get("repeats", 3)
+    return Scenario.model_validate(data)
 
 
 def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
@@ -105,7 +133,87 @@ def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
     return [f"{k}: {theirs[k]} there, {mine[k]} here" for k in mine if mine[k] != theirs.get(k)]
 
 
-def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 2000) -> Analysis:
+def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tuple[dict[str, set[int]], list[dict]]:
+    """Runs far from their siblings on a steady metric. Such a run is left out of its start's
+    mean when that start has another run (the start still counts), else carried as measured;
+    either way it is listed with the server's own view of it."""
+    defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
+    excluded: dict[str, set[int]] = {}
+    listed: list[dict] = []
+    for name, arm in arms.items():
+        flagged: dict[int, list[str]] = {}
+        for key in HEALTH_METRICS:
+            vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
+            med = float(np.median(vals)) if vals else float("nan")
+            for i in stats.disturbed_runs(vals):
+                flagged.setdefault(i, []).append(f"{defs[key].label} {vals[i]:,.2f} vs median {med:,.2f}")
+        keep = set(range(len(arm.repeat_data))) - set(flagged)
+        for i, why in sorted(flagged.items()):
+            start = arm.repeat_data[i].start
+            siblings = any(arm.repeat_data[j].start == start for j in keep)
+            if siblings:
+                excluded.setdefault(name, set()).add(i)
+            dlt = arm.server_deltas[i] or {}
+            listed.append({"arm": name, "run": i + 1, "server_start": start, "why": "; ".join(why),
+                           "action": "excluded from its start's mean" if siblings else "carried (only run of its start)",
+                           "server_mean_ttft_ms": dlt.get("server_mean_ttft_ms"),
+                           "server_requests": dlt.get("vllm:request_success_total")})
+    return excluded, listed
+
+
+def look_of(s: Scenario, arms: dict[str, ArmAnalysis]) -> int:
+    """Which planned look this data is: one at server_starts, one more per extra start per arm."""
+    starts = min((len({d.start for d in arms[n].repeat_data}) for n in ARMS if n in arms), default=0)
+    return max(1, min(starts - s.run.server_starts + 1, s.run.looks))
+
+
+def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
+    mean_ttft = stats.MetricDef("mean_ttft_ms", "", False, "ttft", "mean")
+    out = []
+    for a in arms.values():
+        m = stats.two_modes([stats.point_value(r, mean_ttft) for r in a.repeat_data])
+        if m.bimodal:
+            out.append(f"{a.name}: run-level mean TTFT is bimodal across runs ({len(m.low)} runs near "
+                       f"{np.mean(m.low):,.0f} ms, {len(m.high)} near {np.mean(m.high):,.0f} ms; the split explains "
+                       f"{m.r2:.0%} of the variance): median and mean TTFT verdicts depend on how many runs land in "
+                       "each mode. First-wave TTFT (an idle server taking a full burst) and TTFT after the first "
+                       "wave are the stable measures of prefill speed here.")
+    return out
+
+
+def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysis]) -> list[GateResult]:
+    g = s.gates
+    if not s.accuracy.enabled:
+        return []
+    if _random_weights(run, s):
+        return [GateResult("accuracy", Outcome.NOT_APPLICABLE,
+                           "model weights are random (load_format: dummy): accuracy was not measured")]
+    results: list[GateResult] = []
+    accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}
+    for n in ARMS:
+        a = accs[n]
+        if a is None:
+            results.append(GateResult(f"{n} accuracy", Outcome.FAIL,
+                                      arms[n].accuracy_status if n in arms else "arm did not run"))
+            continue
+        results += gates.sample_counts(n, a, s.accuracy)
+        results += gates.accuracy_reference(n, a, s.accuracy, g.accuracy_reference_rtol, g.significance)
+    if accs["baseline"] and accs["candidate"]:
+        results += gates.accuracy_noninferiority(accs["baseline"], accs["candidate"], g)
+    return results
+
+
+def exit_code_for(status: str | None, results: list[GateResult]) -> int:
+    if status != "complete":
+        return EXIT_RUN_FAILED
+    if any(r.outcome == Outcome.FAIL for r in results):
+        return EXIT_GATE_FAILED
+    if any(r.outcome == Outcome.INCONCLUSIVE for r in results):
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK
+
+
+def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     run_dir = Path(run_dir)
     s = load_scenario_from_run(run_dir)
     run = read_json(run_dir / "run.json")
@@ -113,16 +221,25 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 20
     arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
     notes: list[str] = []
     g = s.gates
+    excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
+    look = look_of(s, arms)
+    gate_alpha = decide.spent_alpha(g.significance, look, s.run.looks)
     comparison: list[stats.MetricComparison] = []
     if all(n in arms and arms[n].repeat_data for n in ARMS):
         comparison = stats.compare_arms(arms["baseline"].repeat_data, arms["candidate"].repeat_data,
                                         s.workload.percentiles, goodput=s.workload.goodput is not None,
-                                        alpha=g.significance, b=bootstrap)
+                                        alpha=g.significance, excluded=excluded)
     else:
         notes.append("the comparison needs benchmark data from both arms")
-    agree = None
+    if comparison and comparison[0].design is stats.Design.QUICK_LOOK:
+        notes.append("one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
+                     "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE).")
+    notes += _ttft_notes(arms)
+    agree = self_agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):
         agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
+    if "baseline" in arms and arms["baseline"].agreement and arms["baseline"].agreement_self:
+        self_agree = agreement.compare(arms["baseline"].agreement, arms["baseline"].agreement_self)
     for a in arms.values():
         cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
         if cpt and min(cpt) < 0.9:
@@ -131,40 +248,29 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, bootstrap: int = 20
                          "a token that decodes to no new text, common with random weights, and merges a stream's "
                          "pending tokens into one chunk when its API server falls behind at high token rates.)")
     results: list[GateResult] = []
-    if s.accuracy.enabled and not _random_weights(run, s):
-        accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}
-        for n in ARMS:
-            a = accs[n]
-            if a is None:
-                results.append(GateResult(f"{n} accuracy", Outcome.FAIL,
-                                          arms[n].accuracy_status if n in arms else "arm did not run"))
-                continue
-            results += gates.sample_counts(n, a, s.accuracy)
-            results += gates.accuracy_reference(n, a, s.accuracy, g.accuracy_reference_rtol)
-        if accs["baseline"] and accs["candidate"]:
-            results += gates.accuracy_noninferiority(accs["baseline"], accs["candidate"], g)
-    elif s.accuracy.enabled:
-        results.append(GateResult("accuracy", Outcome.NOT_APPLICABLE,
-                                  "model weights are random (load_format: dummy): accuracy was not measured"))
+    for n, a in arms.items():
+        if a.repeat_data:
+            total = sum(d.n + d.failed for d in a.repeat_data)
+            results.append(gates.failed_requests(n, sum(d.failed for d in a.repeat_data), total,
+                                                 g.max_failed_fraction))
+    results += _accuracy_gates(s, run, arms)
     if s.agreement.enabled:
-        results += gates.agreement(agree, g)
-    results += gates.performance(comparison, g)
+        results += gates.agreement(agree, self_agree, g)
+    results += gates.performance(comparison, g, gate_alpha)
     noise = None
     if noise_run is not None:
-        na = analyze(noise_run, bootstrap=bootstrap)
+        na = analyze(noise_run)
         noise = na.comparison
         if differ := _workload_differences(s, na.scenario):
             notes.append(f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
                          "are not this run's noise floor, only an indication")
     status = run.get("status")
     if status != "complete":
-        code = EXIT_RUN_FAILED
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
-    elif any(r.outcome == Outcome.FAIL for r in results):
-        code = EXIT_GATE_FAILED
-    else:
-        code = EXIT_OK
-    return Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise)
+    code = exit_code_for(status, results)
+    return Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
+                    agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
+                    gate_alpha=gate_alpha)
 
 
 def _random_weights(run: dict[str, Any], s: Scenario) -> bool:

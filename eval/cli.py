@@ -1,7 +1,9 @@
 """Command line: `python -m eval.cli compare|report|bench|setup|check`. The Makefile wraps it.
 
 Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
-itself failed (bad scenario, preflight refusal, a server that did not start, Ctrl-C)."""
+itself failed (bad scenario, a server that crashed or did not start, Ctrl-C); 3 inconclusive (no
+gate failed, but at least one could not be decided with the data measured); 4 unsupported: the
+preflight refused this configuration on this machine before any server started."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from . import provision, report, server
-from .analysis import EXIT_RUN_FAILED
-from .errors import PreflightError, SuiteError
+from .analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
+from .errors import SuiteError, UnsupportedError
 from .scenario import DEFAULT_CACHE, load_scenario
 
 console = Console(stderr=True)
@@ -38,11 +40,17 @@ def _report(run_dir: Path, noise_run: Path | None) -> int:
 def cmd_compare(args) -> int:
     from .compare import CompareOptions, run_compare, start_run
 
-    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
-    provision.ensure_for(s, args.cache, console)
     reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
-    opts = CompareOptions(reports_root=Path(args.reports), cache=args.cache, aa=args.aa, reuse=reuse, console=console)
-    s, run_dir = start_run(s, opts)
+    opts = CompareOptions(reports_root=Path(args.reports), cache=args.cache, aa=args.aa, reuse=reuse, console=console,
+                          resume=bool(args.resume))
+    if args.resume:
+        s, run_dir = resumed(Path(args.resume), args)
+    else:
+        s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
+        run_dir = None
+    provision.ensure_for(s, args.cache, console)
+    if run_dir is None:
+        s, run_dir = start_run(s, opts)
     try:
         run_compare(s, run_dir, opts)
     except (Exception, KeyboardInterrupt) as e:
@@ -55,14 +63,34 @@ def cmd_compare(args) -> int:
             (run_dir / "error.log").write_text(traceback.format_exc())
             msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
         console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
+        if isinstance(e, UnsupportedError):  # a refusal measured nothing: its one line says it all
+            report.build(run_dir, noise_run=args.noise_run)
+            return EXIT_UNSUPPORTED
         try:  # what was measured so far stays readable
             report.build(run_dir, noise_run=args.noise_run)
-            if not isinstance(e, PreflightError):  # a refusal measured nothing: its one line says it all
-                console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
+            console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
         except Exception as rep_err:  # the raw data is what matters; say why no report
             console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
         return EXIT_RUN_FAILED
     return _report(run_dir, args.noise_run)
+
+
+def _run_sets(args) -> list[str]:
+    return ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else []) + \
+        ([f"run.budget_s={args.budget}"] if args.budget else [])
+
+
+def resumed(run_dir: Path, args) -> tuple:
+    """A finished run's scenario, to add server starts to it; only the time budget may change
+    (the planned looks fix how alpha is spent)."""
+    if not (run_dir / "run.json").is_file():
+        raise SuiteError(f"RESUME={run_dir}: not a run directory (no run.json)")
+    if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts:
+        raise SuiteError("RESUME: only BUDGET may be given with it; the rest comes from the run directory")
+    s = load_scenario_from_run(run_dir)
+    if args.budget:
+        s = s.model_copy(update={"run": s.run.model_copy(update={"budget_s": float(args.budget)})})
+    return s, run_dir
 
 
 def cmd_report(args) -> int:
@@ -98,7 +126,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_setup(args) -> int:
+    from . import models
+
     provision.ensure_default_model(args.cache, console)
+    models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
     return 0
 
 
@@ -126,6 +157,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
     c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
     c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
+    c.add_argument("--max-starts", type=int, default=0, help="sequential: up to this many server starts per arm")
+    c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
+    c.add_argument("--resume", default="", help="add server starts to this run directory")
     c.set_defaults(fn=cmd_compare)
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
     r.add_argument("run")

@@ -6,6 +6,7 @@ measured; whatever happens, servers are stopped and the run says how it ended.""
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from . import accuracy, agreement, models, preflight
+from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
+from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
-from .rundir import RunStatus, capture_environment, new_run_dir, read_json, write_json
+from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
 from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
 from .server import ServerConfig, VllmServer
 
@@ -29,6 +32,7 @@ class CompareOptions:
     aa: bool = False  # candidate := baseline, to measure the noise floor
     reuse: dict[str, Path] | None = None  # arm -> finished run directory to take that arm from
     console: Console | None = None
+    resume: bool = False  # add server starts to an existing run directory (sequential across calls)
 
 
 def aa_scenario(s: Scenario) -> Scenario:
@@ -45,13 +49,13 @@ class Orchestrator:
         self.run_dir = run_dir
         self.opts = opts
         self.console = opts.console or Console(stderr=True)
-        self.status = RunStatus(run_dir, scenario=s.name, backend=s.arms.candidate.backend.value,
+        self.status = RunStatus(run_dir, resume=opts.resume, scenario=s.name, backend=s.arms.candidate.backend.value,
                                 baseline=s.arms.baseline.label, candidate=s.arms.candidate.label,
                                 weights_random=s.model.weights_are_random)
         self.model: models.ResolvedModel | None = None
-        self.prompts: list[list[Prompt]] = []
-        self.prompt_shas: list[str] = []
-        self.server_count = 0
+        self.prompts: dict[int, list[Prompt]] = {}
+        self.prompt_shas: dict[int, str] = {}
+        self.server_count = sum(len(read_json(p)) for p in run_dir.glob("*/servers.json"))  # resume: go on
 
     def log(self, msg: str) -> None:
         self.console.print(f"[bold cyan]>[/] {msg}")
@@ -62,19 +66,27 @@ class Orchestrator:
         gpus = preflight.run(self.s)
         self.model = models.resolve(self.s.model, self.opts.cache, self.run_dir / "model")
         self.status.data["model"] = self.model.description
-        tok = self.model.tokenizer
-        pdir = self.run_dir / "prompts"
-        w = self.s.workload
-        for k in range(w.repeats):
-            # A fresh prompt set per repeat (same for both arms): a server that saw repeat k's
-            # prompts would serve repeat k+1 from its prefix cache otherwise.
-            spec = w.dataset.model_copy(update={"seed": w.dataset.seed + k})
-            prompts = build_prompts(spec, w.num_prompts + w.warmup_requests, tok)
-            self.prompt_shas.append(save_prompts(pdir / f"prompts-{k}.jsonl", prompts))
-            self.prompts.append(prompts)
         pythons = {n: (getattr(self.s.arms, n).vllm or self.s.server.vllm).python for n in ("baseline", "candidate")}
-        write_json(self.run_dir / "environment.json", capture_environment(pythons, gpus))
-        self.log(f"model: {self.model.description}; {w.repeats} x {w.num_prompts} prompts prepared")
+        if not (self.run_dir / "environment.json").is_file():
+            write_json(self.run_dir / "environment.json", capture_environment(pythons, gpus))
+        w = self.s.workload
+        self.log(f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
+                 f"{w.repeats} run(s) x {w.num_prompts} prompts")
+
+    def prompts_for(self, k: int) -> list[Prompt]:
+        """Run k's prompt set, the same for both arms and fresh for every run: a server that saw
+        run k's prompts would serve run k+1 from its prefix cache otherwise."""
+        if k not in self.prompts:
+            w = self.s.workload
+            path = self.run_dir / "prompts" / f"prompts-{k}.jsonl"
+            if path.is_file():
+                self.prompts[k] = load_prompts(path)
+                self.prompt_shas[k] = file_sha256(path)
+            else:
+                spec = w.dataset.model_copy(update={"seed": w.dataset.seed + k})
+                self.prompts[k] = build_prompts(spec, w.num_prompts + w.warmup_requests, self.model.tokenizer)
+                self.prompt_shas[k] = save_prompts(path, self.prompts[k])
+        return self.prompts[k]
 
     def start_server(self, arm: str) -> VllmServer:
         spec: ArmSpec = getattr(self.s.arms, arm)
@@ -106,19 +118,20 @@ class Orchestrator:
                         "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
 
-    def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool) -> None:
+    def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int) -> None:
         w = self.s.workload
-        prompts = self.prompts[k]
+        prompts = self.prompts_for(k)
         # Warm up once per server start: its first requests are the slow ones (seen on the H200:
         # the first run after a start had 3x the TTFT of later runs).
         measured, warm = prompts[: w.num_prompts], prompts[w.num_prompts:] if first_on_server else []
         self.status.phase("benchmark", arm=arm, repeat=k)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, transient=True) as prog:
-            task = prog.add_task(f"{arm}: repeat {k + 1}/{w.repeats}", total=len(measured))
+            task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}", total=len(measured))
             res = run_repeat(srv.url, self.s.model.served_name, measured, w, self.run_dir / arm, repeat=k,
                              tokenizer_path=self.model.tokenizer, prompts_sha=self.prompt_shas[k],
-                             warmup=warm, on_done=lambda _r: prog.advance(task))
+                             warmup=warm, on_done=lambda _r: prog.advance(task),
+                             extra_meta={"server_start": start, "server": self.server_count - 1})
         srv.assert_alive()
         ok = [r for r in res.records if r.phase == "measure" and r.success]
         failed = [r for r in res.records if r.phase == "measure" and not r.success]
@@ -150,17 +163,22 @@ class Orchestrator:
             return
         self.status.phase("agreement", arm=arm)
         comps = agreement.collect(srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / "agreement.jsonl")
+        if arm == "baseline":  # the same prompts again on the same server: the self-agreement that calibrates the gate
+            comps += agreement.collect(srv.url, self.s.model.served_name, self.s.agreement,
+                                       self.run_dir / arm / "agreement-self.jsonl")
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
             raise SuiteError(f"{arm}: agreement probe: {len(errs)} of {len(comps)} requests failed: {errs[0]}")
 
     # -- plans --------------------------------------------------------------------------
-    def run_arm(self, arm: str, repeats: range, with_checks: bool) -> None:
+    def run_start(self, arm: str, start: int, with_checks: bool) -> None:
+        """One server start of an arm: workload.repeats runs (prompt sets start*R ... start*R+R-1)."""
         srv = self.start_server(arm)
+        r = self.s.workload.repeats
         try:
-            for i, k in enumerate(repeats):
-                self.bench(arm, srv, k, first_on_server=(i == 0))
+            for i in range(r):
+                self.bench(arm, srv, start * r + i, first_on_server=(i == 0), start=start)
             if with_checks:
                 self.accuracy(arm, srv)
                 self.agreement(arm, srv)
@@ -174,8 +192,10 @@ class Orchestrator:
         var = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}[arm]  # as the Makefile spells it
         if not (src / "servers.json").is_file():
             raise SuiteError(f"{var}={src_run}: no finished {arm} arm there")
-        src_prompts = sorted((Path(src_run) / "prompts").glob("prompts-*.jsonl"))
-        if [load_prompts(p) for p in src_prompts] != self.prompts[: len(src_prompts)] or len(src_prompts) < len(self.prompts):
+        ks = sorted(int(p.name.split("-")[1].split(".")[0]) for p in src.glob("bench-*.meta.json"))
+        src_prompts = Path(src_run) / "prompts"
+        if not ks or any(not (src_prompts / f"prompts-{k}.jsonl").is_file() or
+                         load_prompts(src_prompts / f"prompts-{k}.jsonl") != self.prompts_for(k) for k in ks):
             raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; "
                              "the arms would not be comparable")
         want = getattr(self.s.arms, arm).backend.value
@@ -189,27 +209,60 @@ class Orchestrator:
         self.status.phase("reused arm", arm=arm, source=str(src_run))
         self.log(f"{arm}: reused from {src_run}")
 
+    def starts_done(self, arm: str) -> int:
+        """Server starts of this arm with at least one finished run (a resumed run goes on after them)."""
+        return len({read_json(p).get("server_start", 0) for p in (self.run_dir / arm).glob("bench-*.meta.json")})
+
+    def decided(self) -> bool:
+        """A look at the data so far (from the raw records on disk): is every gated metric decided?"""
+        a = analyze(self.run_dir)
+        perf = {g.metric for g in self.s.gates.performance}
+        open_ = [g.name for g in a.gates if g.name.split(" ", 1)[0] in perf and g.outcome == Outcome.INCONCLUSIVE]
+        self.status.data.setdefault("looks", []).append({"look": a.look, "of": a.looks, "alpha": a.gate_alpha,
+                                                         "undecided": open_, "at": self.status.data["phases"][-1]["at"]})
+        self.status.save()
+        self.log(f"look {a.look} of {a.looks} (alpha {a.gate_alpha:.4g}): "
+                 + ("every gated metric decided" if not open_ else f"undecided: {', '.join(open_)}"))
+        return not open_
+
+    def plan(self, pairs: int) -> list[tuple[str, int]]:
+        """Server starts in A B B A A B ... order: (arm, start index) for `pairs` starts per arm."""
+        order = list(self.s.run.order)
+        out = []
+        for i in range(pairs):
+            out += [(arm, i) for arm in (order if i % 2 == 0 else order[::-1])]
+        return out
+
     def execute(self) -> None:
-        self.prepare()
-        order = self.s.run.order
+        if not self.opts.resume:
+            self.prepare()
+        else:
+            self.model = models.resolve(self.s.model, self.opts.cache, self.run_dir / "model")
         reuse = self.opts.reuse or {}
         for arm, src_run in reuse.items():
             self.check_reusable(arm, src_run)
-        w = self.s.workload
-        if self.s.run.interleave:
-            for k in range(w.repeats):
-                for arm in order:
-                    if arm in reuse:
-                        if k == 0:
-                            self.reuse_arm(arm, reuse[arm])
-                        continue
-                    self.run_arm(arm, range(k, k + 1), with_checks=(k == 0))
-        else:
-            for arm in order:
-                if arm in reuse:
-                    self.reuse_arm(arm, reuse[arm])
-                else:
-                    self.run_arm(arm, range(w.repeats), with_checks=True)
+        for arm, src_run in reuse.items():
+            if not (self.run_dir / arm).exists():
+                self.reuse_arm(arm, src_run)
+        rs = self.s.run
+        t0, per_start = time.monotonic(), []
+        todo = [a for a in self.plan(rs.max_server_starts or rs.server_starts) if a[0] not in reuse]
+        for arm, start in todo:
+            if start < self.starts_done(arm):
+                continue  # measured by an earlier call (RESUME)
+            both = [self.starts_done(a) for a in ("baseline", "candidate")]
+            if start >= rs.server_starts and both == [start, start] and self.decided():
+                return  # a look between pairs beyond the first server_starts: every gate decided
+            if rs.budget_s is not None and per_start and time.monotonic() - t0 + per_start[-1] > rs.budget_s:
+                self.status.data["stopped"] = f"time budget of {rs.budget_s:.0f} s spent; RESUME to add starts"
+                self.log(f"stopping: another server start would not fit the {rs.budget_s:.0f} s budget "
+                         f"(RESUME={self.run_dir} BUDGET=... goes on)")
+                return
+            t = time.monotonic()
+            self.run_start(arm, start, with_checks=(start == 0))
+            per_start.append(time.monotonic() - t)
+        if rs.max_server_starts:
+            self.decided()
 
 
 def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:

@@ -20,3 +20,8 @@ class ServerError(SuiteError):
 
 class KernelMismatchError(ServerError):
     """vLLM selected a different FP8 kernel from the one the arm asked for."""
+
+
+class UnsupportedError(PreflightError):
+    """This machine cannot run the configuration at all (a backend's GPU generation, a GPU
+    count): exit 4, which CI may treat as 'not applicable here' without hiding crashes."""

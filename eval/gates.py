@@ -1,22 +1,21 @@
-"""Gates: the pass/fail rules a scenario sets, evaluated on raw results. Pure functions.
+"""Gates: the rules a scenario sets, evaluated on raw results. Pure functions.
 
-A gate that cannot be evaluated (accuracy on random weights, say) is "not applicable", which
-is neither a pass nor a failure and is shown as such."""
+Every gate has three outcomes (see eval/decide.py): PASS, FAIL, INCONCLUSIVE; a gate that
+cannot be evaluated (accuracy on random weights, agreement on degenerate outputs) is "n/a",
+which is shown as such and decides nothing."""
 
 from __future__ import annotations
 
-import enum
+import math
 from dataclasses import dataclass
 
+from . import proportions as prop
 from .accuracy import AccuracyResult
+from .decide import GateInput, Outcome, decide
 from .scenario import AccuracySpec, GatesSpec
-from .stats import MetricComparison, Verdict, noninferiority
+from .stats import MetricComparison
 
-
-class Outcome(str, enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    NOT_APPLICABLE = "n/a"
+__all__ = ["Outcome", "GateResult"]
 
 
 @dataclass(frozen=True)
@@ -24,10 +23,12 @@ class GateResult:
     name: str
     outcome: Outcome
     detail: str
+    more_starts: int | None = None
 
 
-def _expected_samples(spec: AccuracySpec, original: int) -> int:
-    return min(spec.limit, original) if spec.limit else original
+def _expected_samples(spec: AccuracySpec, task: str, original: int) -> int:
+    lim = spec.limit_for(task)
+    return min(lim, original) if lim else original
 
 
 def sample_counts(arm: str, acc: AccuracyResult, spec: AccuracySpec) -> list[GateResult]:
@@ -38,7 +39,7 @@ def sample_counts(arm: str, acc: AccuracyResult, spec: AccuracySpec) -> list[Gat
         if not n:
             out.append(GateResult(f"{arm} {task} samples", Outcome.FAIL, "no samples were evaluated"))
             continue
-        want = _expected_samples(spec, int(n.get("original", 0)))
+        want = _expected_samples(spec, task, int(n.get("original", 0)))
         got = int(n.get("effective", 0))
         ok = got >= want
         out.append(GateResult(f"{arm} {task} samples", Outcome.PASS if ok else Outcome.FAIL,
@@ -46,61 +47,123 @@ def sample_counts(arm: str, acc: AccuracyResult, spec: AccuracySpec) -> list[Gat
     return out
 
 
-def accuracy_reference(arm: str, acc: AccuracyResult, spec: AccuracySpec, rtol: float) -> list[GateResult]:
-    """vLLM's lm-eval CI rule: measured >= reference * (1 - rtol), one-sided."""
+def _n_effective(acc: AccuracyResult, key: str) -> tuple[int, int]:
+    task = key.split("/", 1)[0]
+    n = acc.samples.get(task) or {}
+    return int(n.get("effective", 0)), int(n.get("original", 0))
+
+
+def accuracy_reference(arm: str, acc: AccuracyResult, spec: AccuracySpec, rtol: float,
+                       alpha: float = 0.05) -> list[GateResult]:
+    """vLLM's lm-eval CI rule, measured >= reference x (1 - rtol), made honest about sampling:
+    below the floor is FAIL only when even the Wilson upper bound is below it; a point below
+    the floor that a subset's sampling error could explain is INCONCLUSIVE."""
     out = []
     for key, ref in spec.reference.items():
+        name = f"{arm} {key} >= reference"
         got = acc.scores.get(key)
         if got is None:
-            out.append(GateResult(f"{arm} {key} >= reference", Outcome.FAIL, "metric missing from lm-eval's results"))
+            out.append(GateResult(name, Outcome.FAIL, "metric missing from lm-eval's results"))
             continue
+        n, total = _n_effective(acc, key)
         floor = ref * (1 - rtol)
-        out.append(GateResult(f"{arm} {key} >= reference", Outcome.PASS if got >= floor else Outcome.FAIL,
-                              f"{got:.4f} vs floor {floor:.4f} (reference {ref} x (1 - {rtol}))"))
+        lo, hi = prop.wilson(round(got * n), n, alpha) if n else (got, got)
+        subset = f"; a subset of {n} of {total} questions against a full-set reference" if n and n < total else ""
+        outcome = Outcome.PASS if got >= floor else Outcome.FAIL if hi < floor else Outcome.INCONCLUSIVE
+        out.append(GateResult(name, outcome, f"{got:.4f} [Wilson {lo:.3f}, {hi:.3f}] vs floor {floor:.4f} "
+                                             f"(reference {ref} x (1 - {rtol})){subset}"))
     return out
 
 
 def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: GatesSpec) -> list[GateResult]:
+    """Candidate minus baseline accuracy, paired on the questions both answered (Newcombe's
+    interval; McNemar's exact p beside it); PASS when the lower bound is above -margin, FAIL
+    when the upper bound is below it. A baseline that scores so low that nothing can be lost is
+    'not informative' (n/a: it decides nothing), never a pass."""
+    margin, alpha = gates.accuracy_noninferiority_margin, gates.significance
     out = []
     for key in sorted(base.scores):
+        name = f"{key} non-inferior (margin {margin})"
         if key not in cand.scores:
-            out.append(GateResult(f"{key} non-inferior", Outcome.FAIL, "metric missing from the candidate's results"))
+            out.append(GateResult(name, Outcome.FAIL, "metric missing from the candidate's results"))
             continue
-        ok, _, text = noninferiority(base.scores[key], base.stderrs.get(key, 0.0), cand.scores[key],
-                                     cand.stderrs.get(key, 0.0), gates.accuracy_noninferiority_margin,
-                                     gates.significance)
-        out.append(GateResult(f"{key} non-inferior (margin {gates.accuracy_noninferiority_margin})",
-                              Outcome.PASS if ok else Outcome.FAIL, text))
+        bq, cq = base.per_question.get(key), cand.per_question.get(key)
+        if bq and cq:
+            p = prop.pair({int(k): bool(v) for k, v in bq.items()}, {int(k): bool(v) for k, v in cq.items()})
+            lo, hi = prop.newcombe_paired(p, alpha)
+            n, kb = p.n, p.both + p.base_only
+            how = (f"paired on {p.n} questions: {p.base_only} only the baseline got right, {p.cand_only} only the "
+                   f"candidate (McNemar p {prop.mcnemar_exact(p):.3g})")
+        else:
+            (nb, _), (nc, _) = _n_effective(base, key), _n_effective(cand, key)
+            kb, kc = round(base.scores[key] * nb), round(cand.scores[key] * nc)
+            lo, hi = prop.newcombe_unpaired(kb, nb, kc, nc, alpha)
+            n, how = nb, f"unpaired ({nb} and {nc} questions; no per-question records)"
+        diff = cand.scores[key] - base.scores[key]
+        if n == 0 or kb / n < margin:  # the candidate cannot drop by the margin from there
+            out.append(GateResult(name, Outcome.NOT_APPLICABLE, f"not informative: the baseline scores {kb}/{n}, "
+                                  f"so no drop of {margin} can be seen; {how}"))
+            continue
+        outcome = Outcome.PASS if lo > -margin else Outcome.FAIL if hi < -margin else Outcome.INCONCLUSIVE
+        out.append(GateResult(name, outcome, f"diff {diff:+.4f}, {100 * (1 - alpha):.0f}% interval "
+                                             f"[{lo:+.4f}, {hi:+.4f}] vs -{margin}; {how}"))
     return out
 
 
-def agreement(cmp: dict | None, gates: GatesSpec) -> list[GateResult]:
-    if gates.agreement_min_exact_match is None:
+def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec) -> list[GateResult]:
+    """Cross-arm greedy outputs against the baseline's agreement with itself. FAIL when the
+    chosen tokens' mean |logprob difference| exceeds max(factor x self, floor), or when outputs
+    already differ at their first token; n/a when outputs are degenerate (random weights)."""
+    if gates.agreement_mode == "off":
         return []
+    name = "output agreement"
     if not cmp or not cmp.get("prompts"):
-        return [GateResult("output agreement", Outcome.FAIL, "no agreement data from both arms")]
-    rate = cmp["exact_match_rate"]
-    ok = rate >= gates.agreement_min_exact_match
-    return [GateResult("output agreement", Outcome.PASS if ok else Outcome.FAIL,
-                       f"exact match {rate:.0%} of {cmp['prompts']} prompts vs minimum "
-                       f"{gates.agreement_min_exact_match:.0%}")]
+        return [GateResult(name, Outcome.FAIL, "no agreement data from both arms")]
+    if cmp.get("degenerate"):
+        return [GateResult(name, Outcome.NOT_APPLICABLE, f"not informative: {cmp['degenerate']}")]
+    self_mean = (self_cmp or {}).get("abs_logprob_diff", {}).get("mean")
+    limit = max(gates.agreement_calibration_factor * (self_mean or 0.0), gates.agreement_logprob_floor)
+    mean = cmp["abs_logprob_diff"]["mean"]
+    first = cmp.get("min_first_divergence")
+    res = []
+    if cmp["tokens_compared"] == 0 and first == 0:
+        res.append(GateResult(name, Outcome.FAIL, "every output differs from its first token"))
+    else:
+        ok = mean <= limit
+        res.append(GateResult(name, Outcome.PASS if ok else Outcome.FAIL,
+                              f"mean |logprob difference| {mean:.4f} over {cmp['tokens_compared']} tokens vs limit "
+                              f"{limit:.4f} (max of {gates.agreement_calibration_factor:g} x self-agreement "
+                              f"{'n/a' if self_mean is None else f'{self_mean:.4f}'} and floor "
+                              f"{gates.agreement_logprob_floor}); exact match {cmp['exact_match_rate']:.0%}"))
+    if gates.agreement_min_exact_match is not None:
+        rate = cmp["exact_match_rate"]
+        res.append(GateResult("output exact match", Outcome.PASS if rate >= gates.agreement_min_exact_match
+                              else Outcome.FAIL, f"exact match {rate:.0%} of {cmp['prompts']} prompts vs minimum "
+                                                 f"{gates.agreement_min_exact_match:.0%}"))
+    if gates.agreement_mode == "report":
+        res = [GateResult(r.name, Outcome.NOT_APPLICABLE, f"reported, not gated (gates.agreement_mode: report): "
+                                                          f"would be {r.outcome.value.upper()}: {r.detail}") for r in res]
+    return res
 
 
-def performance(rows: list[MetricComparison], gates: GatesSpec) -> list[GateResult]:
-    """Fails on a regression that is both larger than the threshold and significant."""
+def failed_requests(arm: str, failed: int, total: int, max_fraction: float) -> GateResult:
+    """A candidate that errors on its slow requests would otherwise look faster."""
+    frac = failed / total if total else 0.0
+    ok = frac <= max_fraction
+    return GateResult(f"{arm} failed requests", Outcome.PASS if ok else Outcome.FAIL,
+                      f"{failed} of {total} measured requests failed (allowed: {100 * max_fraction:g}%)")
+
+
+def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) -> list[GateResult]:
+    """Non-inferiority per gated metric with Holm across them; alpha is this look's."""
     by_key = {r.key: r for r in rows}
-    out = []
-    for g in gates.performance:
-        r = by_key.get(g.metric)
-        name = f"{g.metric} not worse by > {g.max_worse_pct}%"
-        if r is None:
-            out.append(GateResult(name, Outcome.FAIL, f"unknown metric {g.metric}; known: {', '.join(by_key)}"))
-            continue
-        worse_pct = 100 * (-r.rel_change if r.higher_is_better else r.rel_change)
-        if r.verdict == Verdict.NOT_AVAILABLE:
-            out.append(GateResult(name, Outcome.NOT_APPLICABLE, "no interval (needs 2+ repeats per arm)"))
-            continue
-        fail = r.verdict == Verdict.WORSE and worse_pct > g.max_worse_pct
-        out.append(GateResult(name, Outcome.FAIL if fail else Outcome.PASS,
-                              f"{worse_pct:+.2f}% worse, verdict: {r.verdict.value}"))
+    unknown = [g for g in gates.performance if g.metric not in by_key]
+    out = [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.FAIL,
+                      f"unknown metric {g.metric}; known: {', '.join(by_key)}") for g in unknown]
+    inputs = [GateInput(f"{g.metric} not worse by > {g.max_worse_pct}%", by_key[g.metric].est,
+                        by_key[g.metric].higher_is_better, g.max_worse_pct / 100)
+              for g in gates.performance if g.metric in by_key and math.isfinite(by_key[g.metric].rel_change)]
+    out += [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.INCONCLUSIVE, "no data for this metric")
+            for g in gates.performance if g.metric in by_key and not math.isfinite(by_key[g.metric].rel_change)]
+    out += [GateResult(d.name, d.outcome, d.detail, d.more_starts) for d in decide(inputs, alpha)]
     return out

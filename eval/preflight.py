@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 
 from . import backends
-from .errors import PreflightError
+from .errors import PreflightError, UnsupportedError
 from .scenario import Device, Scenario
 from .server import port_is_free
 
@@ -48,12 +48,12 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
             continue
         need = "%d.%d" % s.min_compute_capability
         if scenario.server.device != Device.CUDA or not gpus:
-            raise PreflightError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; no NVIDIA GPU is visible here")
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; no NVIDIA GPU is visible here")
         low = [g for g in gpus if g.compute_capability < s.min_compute_capability]
         if low:
             g = low[0]
             have = "%d.%d" % g.compute_capability
-            raise PreflightError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; this GPU ({g.name}) is "
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; this GPU ({g.name}) is "
                                  f"{have} < {need}")
 
 
@@ -63,7 +63,7 @@ def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -
     tp = scenario.server.tensor_parallel_size
     free = [g for g in gpus if g.memory_used_mib < busy_mib]
     if len(gpus) < tp:
-        raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} GPUs; {len(gpus)} visible")
+        raise UnsupportedError(f"server.tensor_parallel_size={tp} needs {tp} GPUs; {len(gpus)} visible")
     if len(free) < tp:
         raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} free GPUs; {len(free)} of {len(gpus)} "
                              f"have under {busy_mib} MiB in use")

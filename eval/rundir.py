@@ -14,13 +14,13 @@ Layout:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import socket
 import subprocess
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -66,9 +70,14 @@ def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
 class RunStatus:
     """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail."""
 
-    def __init__(self, run_dir: Path, **fields: Any) -> None:
+    def __init__(self, run_dir: Path, *, resume: bool = False, **fields: Any) -> None:
         self.path = Path(run_dir) / "run.json"
-        self.data: dict[str, Any] = {"status": "running", "started": _now(), "phases": [], **fields}
+        if resume:  # more server starts for a run that already ended: keep its trail
+            self.data = read_json(self.path)
+            self.data.update(status="running", reason="")
+            self.data["phases"].append({"phase": "resumed", "at": _now()})
+        else:
+            self.data = {"status": "running", "started": _now(), "phases": [], **fields}
         self.save()
 
     def phase(self, name: str, **info: Any) -> None:
@@ -133,5 +142,3 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
     return env
 
 
-def elapsed(t0: float) -> float:
-    return round(time.monotonic() - t0, 3)

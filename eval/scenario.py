@@ -167,7 +167,7 @@ class WorkloadSpec(Strict):
     duration_s: float | None = Field(None, gt=0)
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
-    repeats: int = Field(3, ge=1)
+    repeats: int = Field(2, ge=1)  # runs per server start
     percentiles: list[float] = [99]  # mean and median always
     goodput: Goodput | None = None
     client_processes: int = Field(1, ge=1, le=64)
@@ -186,16 +186,30 @@ class WorkloadSpec(Strict):
 
 class AccuracySpec(Strict):
     enabled: bool = True
-    tasks: list[str] = ["gsm8k"]
+    tasks: list[str] = ["gsm8k"]  # lm-eval tasks, or the suite's own: vse_count (eval/small_tasks.py)
     num_fewshot: int = Field(5, ge=0)
-    limit: int | None = Field(None, ge=1)
+    limit: int | dict[str, int] | None = None  # questions per task (one number, or per task)
     data_dir: str | None = None  # offline gsm8k: a folder with train.jsonl and test.jsonl
+    gen_kwargs: dict[str, float | int | bool | str] = {}  # added to lm-eval's, e.g. {temperature: 1.5}
+    limit_seed: int = 0  # limit draws this seeded random subset of questions (same for both arms)
     num_concurrent: int = Field(8, ge=1)
     max_gen_toks: int = Field(256, ge=1)
     timeout_s: float = Field(600, gt=0)
     max_retries: int = Field(3, ge=0)
     # Reference scores, keyed "task/metric,filter", e.g. "gsm8k/exact_match,flexible-extract".
     reference: dict[str, float] = {}
+
+
+    @field_validator("limit")
+    @classmethod
+    def _limit(cls, v):
+        for n in ([v] if isinstance(v, int) else (v or {}).values()):
+            if n < 1:
+                raise ValueError(f"limit {n} is below 1")
+        return v
+
+    def limit_for(self, task: str) -> int | None:
+        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
 
 
 class AgreementSpec(Strict):
@@ -215,13 +229,37 @@ class GatesSpec(Strict):
     significance: float = Field(0.05, gt=0, lt=1)
     accuracy_reference_rtol: float = Field(0.08, ge=0, lt=1)
     accuracy_noninferiority_margin: float = Field(0.03, ge=0, lt=1)
+    # Agreement is a gate by default: cross-arm mean |logprob difference| of the chosen tokens
+    # within max(factor x the baseline's agreement with itself, floor). "report" shows it only.
+    agreement_mode: Literal["gate", "report", "off"] = "gate"
+    agreement_calibration_factor: float = Field(3.0, ge=1)
+    agreement_logprob_floor: float = Field(0.01, ge=0)
     agreement_min_exact_match: float | None = Field(None, ge=0, le=1)
+    max_failed_fraction: float = Field(0.0, ge=0, le=1)  # of measured requests, per arm
     performance: list[PerfGate] = []
 
 
 class RunSpec(Strict):
     order: list[Literal["baseline", "candidate"]] = ["baseline", "candidate"]
-    interleave: bool = False  # A B A B ... with a fresh server per repeat
+    # Server starts per arm (the replication unit), run in A B B A ... order; each start runs
+    # workload.repeats runs. One start per arm is a quick look that never gates.
+    server_starts: int = Field(2, ge=1, le=100)
+    # Sequential: add a start per arm at a time until every gated metric is decided, up to this
+    # many per arm (alpha is spent over the looks); None = a fixed design of server_starts.
+    max_server_starts: int | None = Field(None, ge=1, le=100)
+    budget_s: float | None = Field(None, gt=0)  # stop adding starts when the next would not fit
+
+    @model_validator(mode="after")
+    def _max(self) -> "RunSpec":
+        if self.max_server_starts is not None and self.max_server_starts < self.server_starts:
+            raise ValueError(f"max_server_starts ({self.max_server_starts}) is below server_starts "
+                             f"({self.server_starts})")
+        return self
+
+    @property
+    def looks(self) -> int:
+        """Planned looks: one at server_starts, then one per extra start pair."""
+        return (self.max_server_starts or self.server_starts) - self.server_starts + 1
 
     @field_validator("order")
     @classmethod
@@ -349,7 +387,6 @@ def _check_files(path: Path, s: Scenario) -> None:
         ("workload.dataset.path", s.workload.dataset.path),
         ("accuracy.data_dir", s.accuracy.data_dir if s.accuracy.enabled else None),
         ("agreement.prompts_path", s.agreement.prompts_path if s.agreement.enabled else None),
-        ("model.generate.tokenizer", s.model.generate.tokenizer if s.model.generate else None),
     ]
     for key, value in checks:
         if value and not Path(value).exists():

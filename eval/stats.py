@@ -1,10 +1,14 @@
-"""Statistics: relative change of each metric with a 95% confidence interval, a rank test,
-and a verdict. Pure functions of raw records; no I/O.
+"""Statistics: each metric's relative change with a confidence interval that respects how the
+data were made, and an exploratory verdict. Pure functions of raw records; no I/O.
 
-The interval comes from a two-level bootstrap: resample repeats (so run-to-run spread counts),
-then whole requests within each repeat (never single tokens: the tokens of one request are
-not independent). Each metric is the mean over repeats of its run-level value, as a reader
-of several `vllm bench serve` blocks would average them.
+What varies, and so what the interval must cover: runs (repeats) are nested in server starts,
+which are nested in arms. Requests of one run share their server's state and are not
+independent; runs on one server share its start (its memory layout, its compiled graphs, its
+clocks). A server-start offset is invisible to any spread measured within one start, so the
+replication unit is the server start: each start's runs are averaged (on the log scale), and the
+interval is a Welch t-interval across the starts' means. With one start per arm the suite can
+still show a Welch interval across runs, but labels it a quick look: it ignores start-to-start
+variation and is never used by a gate.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -28,12 +32,18 @@ class Verdict(str, enum.Enum):
     NOT_AVAILABLE = "n/a"
 
 
+class Design(str, enum.Enum):
+    STARTS = "server starts"  # Welch across server-start means: the gated design
+    QUICK_LOOK = "quick look: one server start"  # Welch across runs of one start: optimistic
+    NONE = "no interval"  # one run per arm
+
+
 @dataclass(frozen=True)
 class MetricDef:
     key: str  # as in vLLM's result JSON, e.g. median_ttft_ms
     label: str
     higher_is_better: bool
-    source: str  # per-request array it is computed from: ttft, tpot, e2el, itl, out_tokens, good, total_tokens
+    source: str  # per-request array: ttft, tpot, e2el, itl, ttft_first, ttft_steady; or a rate's numerator
     stat: str  # mean, median, pNN, rate
 
 
@@ -49,12 +59,17 @@ def metric_defs(percentiles: list[float], goodput: bool) -> list[MetricDef]:
         for st in stats_:
             label = {"mean": "Mean", "median": "Median"}.get(st, st.upper())
             defs.append(MetricDef(f"{st}_{src}_ms", f"{label} {name} (ms)", False, src, st))
+    # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
+    # wave of a run hits an idle server all at once; later requests arrive one by one.
+    defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))
+    defs.append(MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady",
+                          "median"))
     return defs
 
 
 @dataclass
 class RepeatData:
-    """Per-request arrays of one repeat (successful measured requests only)."""
+    """Per-request arrays of one run (successful measured requests only) and where it ran."""
 
     duration_s: float
     ttft: np.ndarray
@@ -65,13 +80,17 @@ class RepeatData:
     good: np.ndarray
     itl: list[np.ndarray]
     failed: int = 0
+    start: int = 0  # the server start (within its arm) this run was measured on
+    ttft_first: np.ndarray = field(default_factory=lambda: np.array([]))
+    ttft_steady: np.ndarray = field(default_factory=lambda: np.array([]))
 
     @property
     def n(self) -> int:
         return len(self.ttft)
 
 
-def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord], bool] | None = None) -> RepeatData:
+def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord], bool] | None = None, *,
+                start: int = 0, first_wave: int | None = None) -> RepeatData:
     rs = measured(records)
     ok = [r for r in rs if r.success]
     if rs:
@@ -79,6 +98,12 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
     else:
         duration = 1e-9
     ms = 1000.0
+    # The first wave: the first `first_wave` requests sent (a concurrency limit's worth, all sent
+    # at once when the rate is unlimited). None: no such wave (an open-loop rate).
+    by_send = sorted(rs, key=lambda r: (r.send_ns, r.index))
+    wave_ids = {id(r) for r in by_send[:first_wave]} if first_wave and first_wave < len(rs) else set()
+    first = [r.ttft_s * ms for r in ok if id(r) in wave_ids]
+    steady = [r.ttft_s * ms for r in ok if wave_ids and id(r) not in wave_ids]
     return RepeatData(
         duration_s=duration,
         ttft=np.array([r.ttft_s * ms for r in ok]),
@@ -88,33 +113,21 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
         total_tokens=np.array([r.output_tokens + r.prompt_len for r in ok], dtype=float),
         good=np.array([bool(good_fn(r)) if good_fn else True for r in ok], dtype=float),
         itl=[np.asarray(r.itls_s) * ms for r in ok],
-        failed=len(rs) - len(ok),
+        failed=len(rs) - len(ok), start=start,
+        ttft_first=np.array(first), ttft_steady=np.array(steady),
     )
 
 
-def _stat(x: np.ndarray, stat: str, axis: int | None = None) -> np.ndarray | float:
+def _stat(x: np.ndarray, stat: str) -> float:
     if stat == "mean":
-        return np.mean(x, axis=axis)
+        return float(np.mean(x))
     if stat == "median":
-        return np.median(x, axis=axis)
-    return np.percentile(x, float(stat[1:]), axis=axis)
-
-
-# ITL percentiles over resampled requests use per-request histograms on fine log bins, so a
-# bootstrap replicate costs one matrix product instead of concatenating every token.
-_ITL_EDGES = np.logspace(-3, 6, 6001)  # 1 us .. 1000 s, 0.35% wide bins
-
-
-def _itl_hist(itls: list[np.ndarray]) -> np.ndarray:
-    h = np.zeros((len(itls), len(_ITL_EDGES) - 1))
-    for i, a in enumerate(itls):
-        if len(a):
-            h[i] = np.histogram(np.clip(a, _ITL_EDGES[0], _ITL_EDGES[-1] * 0.999), bins=_ITL_EDGES)[0]
-    return h
+        return float(np.median(x))
+    return float(np.percentile(x, float(stat[1:])))
 
 
 def point_value(d: RepeatData, m: MetricDef) -> float:
-    """The run-level value of a metric, exactly as computed from all requests."""
+    """The run-level value of a metric, exactly as computed from all of the run's requests."""
     if m.stat == "rate":
         arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
                "requests": np.ones(d.n)}[m.source]
@@ -124,51 +137,74 @@ def point_value(d: RepeatData, m: MetricDef) -> float:
     else:
         vals = getattr(d, m.source)
         vals = vals[np.isfinite(vals)]
-    return float(_stat(vals, m.stat)) if len(vals) else float("nan")
+    return _stat(vals, m.stat) if len(vals) else float("nan")
 
 
-def _bootstrap_repeat(d: RepeatData, m: MetricDef, idx: np.ndarray, hist: np.ndarray | None) -> np.ndarray:
-    """B replicate values of a metric for one repeat, given B x n resampled request indices."""
-    if m.stat == "rate":
-        arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
-               "requests": np.ones(d.n)}[m.source]
-        return arr[idx].sum(axis=1) / d.duration_s
-    if m.source == "itl":
-        counts = np.zeros((idx.shape[0], d.n))
-        np.add.at(counts, (np.arange(idx.shape[0])[:, None], idx), 1.0)
-        if m.stat == "mean":
-            sums = np.array([a.sum() for a in d.itl])
-            lens = np.array([len(a) for a in d.itl], dtype=float)
-            return (counts @ sums) / np.maximum(counts @ lens, 1)
-        h = counts @ hist
-        cdf = np.cumsum(h, axis=1)
-        q = 0.5 if m.stat == "median" else float(m.stat[1:]) / 100.0
-        pos = np.array([np.searchsorted(row, q * row[-1]) for row in cdf])
-        centers = np.sqrt(_ITL_EDGES[:-1] * _ITL_EDGES[1:])
-        return centers[np.minimum(pos, len(centers) - 1)]
-    vals = getattr(d, m.source)
-    x = vals[idx]
-    if np.isnan(x).any():
-        x = np.where(np.isnan(x), np.nanmean(vals), x)  # rare: requests with one output token
-    return _stat(x, m.stat, axis=1)
+@dataclass(frozen=True)
+class RunValue:
+    start: int
+    value: float
+    excluded: bool = False  # a disturbed run left out of its start's mean (listed in every report)
 
 
-def bootstrap_arm(repeats: list[RepeatData], m: MetricDef, b: int, rng: np.random.Generator) -> np.ndarray:
-    """B replicates of the arm's metric: resample repeats, then requests within each."""
-    per_repeat = []
-    for d in repeats:
-        if d.n == 0:
-            per_repeat.append(np.full(b, np.nan))
-            continue
-        idx = rng.integers(0, d.n, size=(b, d.n))
-        hist = _itl_hist(d.itl) if (m.source == "itl" and m.stat not in ("mean",)) else None
-        per_repeat.append(_bootstrap_repeat(d, m, idx, hist))
-    v = np.vstack(per_repeat)  # R x B
-    r = len(repeats)
-    if r == 1:
-        return v[0]
-    pick = rng.integers(0, r, size=(b, r))
-    return np.nanmean(v[pick, np.arange(b)[:, None]], axis=1)
+@dataclass(frozen=True)
+class Estimate:
+    """log(candidate / baseline) with its standard error and degrees of freedom."""
+
+    diff: float
+    se: float
+    df: float
+    design: Design
+    n_base: int  # replication units (starts, or runs in a quick look)
+    n_cand: int
+    var_base: float  # per-unit variance of log values, for planning more starts
+    var_cand: float
+
+    def ci(self, alpha: float) -> tuple[float, float]:
+        """Two-sided (1 - alpha) interval for the relative change."""
+        if self.design is Design.NONE or not math.isfinite(self.se):
+            return float("nan"), float("nan")
+        if self.se == 0:
+            return math.expm1(self.diff), math.expm1(self.diff)
+        t = float(sps.t.ppf(1 - alpha / 2, self.df))
+        return math.expm1(self.diff - t * self.se), math.expm1(self.diff + t * self.se)
+
+
+def start_means(runs: Sequence[RunValue]) -> list[float]:
+    """Per server start, the mean log value of its kept runs (a start's runs are one unit)."""
+    by: dict[int, list[float]] = {}
+    for r in runs:
+        if not r.excluded and math.isfinite(r.value) and r.value > 0:
+            by.setdefault(r.start, []).append(math.log(r.value))
+    return [float(np.mean(v)) for _, v in sorted(by.items())]
+
+
+def welch(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float, float, float]:
+    """(diff, se, df, var_b, var_c) of the means of two samples of log values."""
+    lb, lc = np.asarray(lb, float), np.asarray(lc, float)
+    vb, vc = lb.var(ddof=1), lc.var(ddof=1)
+    sb, sc = vb / len(lb), vc / len(lc)
+    se = math.sqrt(sb + sc)
+    denom = (sb ** 2 / (len(lb) - 1) if sb else 0.0) + (sc ** 2 / (len(lc) - 1) if sc else 0.0)
+    df = (sb + sc) ** 2 / denom if denom else float(len(lb) + len(lc) - 2)
+    return float(lc.mean() - lb.mean()), se, df, float(vb), float(vc)
+
+
+def estimate(base: Sequence[RunValue], cand: Sequence[RunValue]) -> Estimate:
+    mb, mc = start_means(base), start_means(cand)
+    if len(mb) >= 2 and len(mc) >= 2:
+        return Estimate(*_welch_fields(mb, mc), Design.STARTS, len(mb), len(mc), *welch(mb, mc)[3:])
+    lb = [math.log(r.value) for r in base if not r.excluded and math.isfinite(r.value) and r.value > 0]
+    lc = [math.log(r.value) for r in cand if not r.excluded and math.isfinite(r.value) and r.value > 0]
+    if len(lb) >= 2 and len(lc) >= 2:
+        return Estimate(*_welch_fields(lb, lc), Design.QUICK_LOOK, len(lb), len(lc), *welch(lb, lc)[3:])
+    diff = float(np.mean(lc) - np.mean(lb)) if lb and lc else float("nan")
+    return Estimate(diff, float("nan"), float("nan"), Design.NONE, len(lb), len(lc), float("nan"), float("nan"))
+
+
+def _welch_fields(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float]:
+    diff, se, df, _, _ = welch(lb, lc)
+    return diff, se, df
 
 
 @dataclass
@@ -176,99 +212,104 @@ class MetricComparison:
     key: str
     label: str
     higher_is_better: bool
-    baseline: float
+    baseline: float  # geometric mean over server starts of the start means
     candidate: float
     rel_change: float  # candidate / baseline - 1
     ci_low: float
     ci_high: float
-    p_value: float | None  # Mann-Whitney U on per-request values (latency metrics)
-    verdict: Verdict
-    method: str = ""  # "runs": t-interval over repeats; "bootstrap": whole requests of one run
+    verdict: Verdict  # exploratory: interval at the scenario's significance, no multiplicity correction
+    design: Design = Design.NONE
+    se_log: float = float("nan")
+    df: float = float("nan")
+    n_base: int = 0
+    n_cand: int = 0
+    var_base: float = float("nan")
+    var_cand: float = float("nan")
     baseline_runs: list[float] = field(default_factory=list)
     candidate_runs: list[float] = field(default_factory=list)
+    baseline_starts: list[int] = field(default_factory=list)
+    candidate_starts: list[int] = field(default_factory=list)
+
+    @property
+    def est(self) -> Estimate:
+        return Estimate(math.log1p(self.rel_change) if math.isfinite(self.rel_change) else float("nan"),
+                        self.se_log, self.df, self.design, self.n_base, self.n_cand, self.var_base, self.var_cand)
 
 
-def _runs_ci(base_runs: list[float], cand_runs: list[float], alpha: float) -> tuple[float, float]:
-    """With 2+ repeats per arm, the interval comes from the spread of run-level values: a Welch
-    t-interval on the log ratio. Run-level values vary with both the sampling of requests and
-    the drift between server starts, so this covers both; a bootstrap of requests alone would
-    miss the drift (and throughput, one number per run, has no within-run sample at all)."""
-    lb, lc = np.log(np.asarray(base_runs)), np.log(np.asarray(cand_runs))
-    if len(lb) < 2 or len(lc) < 2:
-        return float("nan"), float("nan")
-    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
-    diff = lc.mean() - lb.mean()
-    se = math.sqrt(vb + vc)
-    if se == 0:
-        return math.expm1(diff), math.expm1(diff)
-    df = (vb + vc) ** 2 / ((vb ** 2 / (len(lb) - 1) if vb else 0) + (vc ** 2 / (len(lc) - 1) if vc else 0))
-    t = float(sps.t.ppf(1 - alpha / 2, df))
-    return math.expm1(diff - t * se), math.expm1(diff + t * se)
-
-
-def _per_request(d: RepeatData, source: str) -> np.ndarray:
-    if source == "itl":  # one value per request: its mean gap (whole requests, never tokens)
-        return np.array([a.mean() for a in d.itl if len(a)])
-    v = getattr(d, source)
-    return v[np.isfinite(v)]
-
-
-def compare_metric(base: list[RepeatData], cand: list[RepeatData], m: MetricDef, *, alpha: float = 0.05,
-                   b: int = 2000, seed: int = 0) -> MetricComparison:
-    rng = np.random.default_rng(seed)
-    base_runs = [point_value(d, m) for d in base]
-    cand_runs = [point_value(d, m) for d in cand]
-    bv, cv = float(np.nanmean(base_runs)), float(np.nanmean(cand_runs))
-    if not (np.isfinite(bv) and np.isfinite(cv)) or bv == 0:
-        return MetricComparison(m.key, m.label, m.higher_is_better, bv, cv, float("nan"), float("nan"), float("nan"),
-                                None, Verdict.NOT_AVAILABLE, "", base_runs, cand_runs)
-    if min(len(base), len(cand)) >= 2:
-        method = "runs"
-        lo, hi = _runs_ci(base_runs, cand_runs, alpha)
-    elif m.stat == "rate":  # one run: its duration's noise is unknown
-        method, lo, hi = "runs", float("nan"), float("nan")
-    else:
-        method = "bootstrap"
-        rb = bootstrap_arm(base, m, b, rng)
-        rc = bootstrap_arm(cand, m, b, rng)
-        ratio = rc / rb - 1.0
-        ratio = ratio[np.isfinite(ratio)]
-        lo, hi = np.percentile(ratio, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    p = None
-    if m.stat != "rate":
-        xb = np.concatenate([_per_request(d, m.source) for d in base])
-        xc = np.concatenate([_per_request(d, m.source) for d in cand])
-        if len(xb) and len(xc):
-            p = float(sps.mannwhitneyu(xb, xc, alternative="two-sided").pvalue)
-    change = cv / bv - 1.0
-    if not (np.isfinite(lo) and np.isfinite(hi)):
+def compare_values(m: MetricDef, base: Sequence[RunValue], cand: Sequence[RunValue], alpha: float) -> MetricComparison:
+    e = estimate(base, cand)
+    mb, mc = start_means(base), start_means(cand)
+    bv = math.exp(np.mean(mb)) if mb else float("nan")
+    cv = math.exp(np.mean(mc)) if mc else float("nan")
+    change = math.expm1(e.diff) if math.isfinite(e.diff) else float("nan")
+    lo, hi = e.ci(alpha)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         verdict = Verdict.NOT_AVAILABLE
     elif lo > 0 or hi < 0:
-        improved = (change > 0) == m.higher_is_better
-        verdict = Verdict.BETTER if improved else Verdict.WORSE
+        verdict = Verdict.BETTER if (change > 0) == m.higher_is_better else Verdict.WORSE
     else:
         verdict = Verdict.NO_CHANGE
-    return MetricComparison(m.key, m.label, m.higher_is_better, bv, cv, change, float(lo), float(hi), p, verdict,
-                            method, base_runs, cand_runs)
+    return MetricComparison(m.key, m.label, m.higher_is_better, bv, cv, change, lo, hi, verdict, e.design, e.se,
+                            e.df, e.n_base, e.n_cand, e.var_base, e.var_cand,
+                            [r.value for r in base], [r.value for r in cand],
+                            [r.start for r in base], [r.start for r in cand])
+
+
+def run_values(data: Sequence[RepeatData], m: MetricDef, excluded: set[int] = frozenset()) -> list[RunValue]:
+    return [RunValue(d.start, point_value(d, m), i in excluded) for i, d in enumerate(data)]
 
 
 def compare_arms(base: list[RepeatData], cand: list[RepeatData], percentiles: list[float], *, goodput: bool = False,
-                 alpha: float = 0.05, b: int = 2000, seed: int = 0) -> list[MetricComparison]:
-    return [compare_metric(base, cand, m, alpha=alpha, b=b, seed=seed + i)
-            for i, m in enumerate(metric_defs(percentiles, goodput))]
+                 alpha: float = 0.05, excluded: dict[str, set[int]] | None = None) -> list[MetricComparison]:
+    ex = excluded or {}
+    return [compare_values(m, run_values(base, m, ex.get("baseline", set())),
+                           run_values(cand, m, ex.get("candidate", set())), alpha)
+            for m in metric_defs(percentiles, goodput)]
 
 
-def noninferiority(base: float, base_se: float, cand: float, cand_se: float, margin: float,
-                   alpha: float = 0.05) -> tuple[bool, float, str]:
-    """One-sided z-test of H0: cand - base <= -margin against H1: cand - base > -margin.
-    Passes when the drop is shown to be smaller than the margin. Returns (pass, z, text)."""
-    diff = cand - base
-    se = math.sqrt(base_se ** 2 + cand_se ** 2)
-    zcrit = float(sps.norm.ppf(1 - alpha))
-    if se == 0:
-        ok = diff > -margin
-        return ok, math.inf if ok else -math.inf, f"diff {diff:+.4f}, no standard error (both exact): pass iff diff > -{margin}"
-    z = (diff + margin) / se
-    lower = diff - zcrit * se
-    return z > zcrit, z, (f"diff {diff:+.4f}, one-sided {100 * (1 - alpha):.0f}% lower bound {lower:+.4f} vs "
-                          f"-{margin} (z={z:.2f}, crit {zcrit:.2f})")
+# -- measurement health -----------------------------------------------------------------------
+
+def robust_z(values: Sequence[float]) -> np.ndarray:
+    """Iglewicz-Hoaglin modified z: 0.6745 (x - median) / MAD; 0 where MAD is 0."""
+    x = np.asarray(values, float)
+    med = np.median(x)
+    mad = np.median(np.abs(x - med))
+    return np.zeros_like(x) if mad == 0 else 0.6745 * (x - med) / mad
+
+
+def disturbed_runs(values: Sequence[float], *, z_limit: float = 3.5, min_rel: float = 0.01) -> list[int]:
+    """Indices of runs far from their siblings: robust |z| above z_limit and more than min_rel
+    away from the median (so a tiny MAD cannot flag a 0.1% wobble). Needs 3+ runs."""
+    x = np.asarray(values, float)
+    if len(x) < 3 or not np.all(np.isfinite(x)):
+        return []
+    z = robust_z(x)
+    med = np.median(x)
+    return [i for i in range(len(x)) if abs(z[i]) > z_limit and abs(x[i] / med - 1) > min_rel]
+
+
+@dataclass(frozen=True)
+class Modes:
+    bimodal: bool
+    low: list[float]
+    high: list[float]
+    r2: float  # share of variance the two-group split explains
+
+
+def two_modes(values: Sequence[float], *, min_r2: float = 0.8, min_gap: float = 0.10) -> Modes:
+    """Best split of sorted run-level values into two groups of 2+ each; bimodal when the split
+    explains most of the variance and the groups' means are at least min_gap apart."""
+    x = np.sort(np.asarray([v for v in values if math.isfinite(v)], float))
+    none = Modes(False, list(x), [], 0.0)
+    if len(x) < 4 or x.var() == 0:
+        return none
+    best = none
+    for k in range(2, len(x) - 1):
+        lo, hi = x[:k], x[k:]
+        r2 = 1 - (lo.var() * len(lo) + hi.var() * len(hi)) / (x.var() * len(x))
+        if r2 > best.r2:
+            best = Modes(False, list(lo), list(hi), float(r2))
+    if not best.high:
+        return none
+    gap = np.mean(best.high) / np.mean(best.low) - 1
+    return Modes(best.r2 >= min_r2 and gap >= min_gap, best.low, best.high, best.r2)

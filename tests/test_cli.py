@@ -2,6 +2,8 @@
 
 import json
 
+from eval.analysis import load_scenario_from_run
+
 from eval import cli, compare, provision
 
 
@@ -30,17 +32,57 @@ def test_report_of_a_non_run_is_exit_2(tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
 
 
-def test_interleave_plans_a_fresh_server_per_repeat_alternating_arms(tmp_path, monkeypatch):
-    from eval.scenario import load_scenario
-    calls = []
+def fake_plan(monkeypatch, decisions=()):
+    """Orchestrator with run_start replaced by one that records the call and writes the run's meta
+    (what starts_done counts), and looks answered from `decisions`."""
+    calls, answers = [], list(decisions)
     monkeypatch.setattr(compare.Orchestrator, "prepare", lambda self: None)
-    monkeypatch.setattr(compare.Orchestrator, "run_arm",
-                        lambda self, arm, repeats, with_checks: calls.append((arm, list(repeats), with_checks)))
-    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.interleave=true", "workload.repeats=3",
-                                                             "run.order=[candidate, baseline]"])
+    monkeypatch.setattr(compare.models, "resolve", lambda *a, **k: None)
+
+    def run_start(self, arm, start, with_checks):
+        calls.append((arm, start, with_checks))
+        (self.run_dir / arm).mkdir(exist_ok=True)
+        (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps({"server_start": start}))
+    monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
+    monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
+    return calls, answers
+
+
+def plan_run(tmp_path, overrides):
+    from eval.scenario import load_scenario
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
     opts = compare.CompareOptions(reports_root=tmp_path)
     s, run_dir = compare.start_run(s, opts)
     compare.run_compare(s, run_dir, opts)
-    assert calls == [("candidate", [0], True), ("baseline", [0], True), ("candidate", [1], False),
-                     ("baseline", [1], False), ("candidate", [2], False), ("baseline", [2], False)]
+    return s, run_dir
+
+
+def test_server_starts_run_in_abba_order(tmp_path, monkeypatch):
+    calls, _ = fake_plan(monkeypatch)
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=3", "run.order=[candidate, baseline]"])
+    assert calls == [("candidate", 0, True), ("baseline", 0, True), ("baseline", 1, False), ("candidate", 1, False),
+                     ("candidate", 2, False), ("baseline", 2, False)]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+
+
+def test_sequential_adds_start_pairs_until_decided(tmp_path, monkeypatch):
+    calls, answers = fake_plan(monkeypatch, decisions=[False, True])
+    plan_run(tmp_path, ["run.server_starts=2", "run.max_server_starts=5"])
+    assert [c[1] for c in calls] == [0, 0, 1, 1, 2, 2] and answers == []  # looked after 2 and 3 starts per arm
+
+
+def test_budget_stops_between_starts_and_resume_goes_on(tmp_path, monkeypatch):
+    calls, _ = fake_plan(monkeypatch)
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=2", "run.budget_s=0.000001"])
+    assert len(calls) == 1 and "budget" in json.loads((run_dir / "run.json").read_text())["stopped"]
+    s = load_scenario_from_run(run_dir)
+    opts = compare.CompareOptions(reports_root=tmp_path, resume=True)
+    compare.run_compare(s.model_copy(update={"run": s.run.model_copy(update={"budget_s": None})}), run_dir, opts)
+    assert calls == [("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, False), ("baseline", 1, False)]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and any(p["phase"] == "resumed" for p in run["phases"])
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    (tmp_path / "run.json").write_text("{}")
+    assert cli.main(["compare", "--resume", str(tmp_path), "--set", "workload.num_prompts=3"]) == 2

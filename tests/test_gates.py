@@ -1,5 +1,6 @@
-from eval import gates
+from eval import agreement, gates
 from eval.accuracy import AccuracyResult
+from eval.agreement import Completion
 from eval.gates import Outcome
 from eval.scenario import AccuracySpec, GatesSpec, PerfGate
 from eval.stats import MetricComparison, Verdict
@@ -39,30 +40,105 @@ def test_missing_metric_fails():
     assert Outcome.FAIL in outcomes(ni)
 
 
-def test_noninferiority_gate():
-    g = GatesSpec(accuracy_noninferiority_margin=0.02)
-    assert set(outcomes(gates.accuracy_noninferiority(acc(0.94, 0.88, se=0.002), acc(0.94, 0.88, se=0.002), g))) == {Outcome.PASS}
-    assert set(outcomes(gates.accuracy_noninferiority(acc(0.94, 0.88, se=0.002), acc(0.85, 0.80, se=0.002), g))) == {Outcome.FAIL}
+def paired(n, base_right, cand_right):
+    """Per-question records: question i right when i < base_right (resp. cand_right)."""
+    key = "gsm8k/exact_match,flexible-extract"
+    mk = lambda k: AccuracyResult(scores={key: k / n}, samples={"gsm8k": {"original": 1319, "effective": n}},
+                                  per_question={key: {str(i): int(i < k) for i in range(n)}})
+    return mk(base_right), mk(cand_right)
 
 
-def row(key, change, verdict, higher=False):
-    return MetricComparison(key, key, higher, 1.0, 1.0 + change, change, change - 0.01, change + 0.01, None, verdict)
+def test_noninferiority_gate_is_paired_and_has_three_outcomes():
+    g = GatesSpec(accuracy_noninferiority_margin=0.05)
+    b, c = paired(400, 360, 360)
+    (r,) = gates.accuracy_noninferiority(b, c, g)
+    assert r.outcome is Outcome.PASS and "paired on 400 questions" in r.detail
+    b, c = paired(400, 360, 300)
+    assert gates.accuracy_noninferiority(b, c, g)[0].outcome is Outcome.FAIL
+    b, c = paired(40, 36, 34)  # a 5-point drop on 40 questions: cannot tell
+    assert gates.accuracy_noninferiority(b, c, g)[0].outcome is Outcome.INCONCLUSIVE
 
 
-def test_performance_gate_needs_size_and_significance():
+def test_a_score_with_stderr_zero_is_not_exact():
+    """Both arms 0 of 16 with stderr 0: the old gate called that a pass; nothing could be lost."""
+    g = GatesSpec(accuracy_noninferiority_margin=0.1)
+    b, c = paired(16, 0, 0)
+    (r,) = gates.accuracy_noninferiority(b, c, g)
+    assert r.outcome is Outcome.NOT_APPLICABLE and "not informative" in r.detail
+    b, c = paired(16, 16, 16)  # both perfect on 16: the paired interval still has width
+    (r,) = gates.accuracy_noninferiority(b, c, g)
+    assert r.outcome is Outcome.INCONCLUSIVE and "[-0.1" in r.detail
+
+
+def test_unpaired_fallback_without_per_question_records():
+    g = GatesSpec(accuracy_noninferiority_margin=0.03)
+    r = gates.accuracy_noninferiority(acc(0.94, 0.88, n=1319), acc(0.94, 0.88, n=1319), g)
+    assert {x.outcome for x in r} == {Outcome.PASS} and "unpaired" in r[0].detail
+    r = gates.accuracy_noninferiority(acc(0.94, 0.88, n=300), acc(0.94, 0.88, n=300), g)
+    assert {x.outcome for x in r} == {Outcome.INCONCLUSIVE}
+    r = gates.accuracy_noninferiority(acc(0.94, 0.88, n=1319), acc(0.70, 0.60, n=1319), g)
+    assert {x.outcome for x in r} == {Outcome.FAIL}
+
+
+def test_reference_gate_on_a_subset_says_so_and_can_be_inconclusive():
+    spec = AccuracySpec(limit=20, reference={"gsm8k/exact_match,flexible-extract": 0.944})
+    a = acc(0.85, 0.8, n=20)  # below the floor 0.868, but 20 questions cannot show it
+    (r,) = gates.accuracy_reference("new", a, spec, 0.08)
+    assert r.outcome is Outcome.INCONCLUSIVE and "subset of 20 of 1319" in r.detail
+    a = acc(0.30, 0.3, n=20)
+    assert gates.accuracy_reference("new", a, spec, 0.08)[0].outcome is Outcome.FAIL
+
+
+def row(key, change, se=0.005, higher=False, n=3):
+    import math
+    from eval.stats import Design
+    return MetricComparison(key, key, higher, 1.0, 1.0 + change, change, change - 0.01, change + 0.01,
+                            Verdict.NO_CHANGE, Design.STARTS, se, 2 * n - 2, n, n, se * se * n / 2, se * se * n / 2)
+
+
+def test_performance_gate_has_three_outcomes():
     g = GatesSpec(performance=[PerfGate(metric="median_ttft_ms", max_worse_pct=5)])
-    assert outcomes(gates.performance([row("median_ttft_ms", 0.08, Verdict.WORSE)], g)) == [Outcome.FAIL]
-    assert outcomes(gates.performance([row("median_ttft_ms", 0.08, Verdict.NO_CHANGE)], g)) == [Outcome.PASS]
-    assert outcomes(gates.performance([row("median_ttft_ms", 0.03, Verdict.WORSE)], g)) == [Outcome.PASS]
-    assert outcomes(gates.performance([row("median_ttft_ms", -0.2, Verdict.BETTER)], g)) == [Outcome.PASS]
+    assert outcomes(gates.performance([row("median_ttft_ms", 0.20)], g, 0.05)) == [Outcome.FAIL]
+    assert outcomes(gates.performance([row("median_ttft_ms", 0.0)], g, 0.05)) == [Outcome.PASS]
+    assert outcomes(gates.performance([row("median_ttft_ms", 0.05)], g, 0.05)) == [Outcome.INCONCLUSIVE]
+    assert outcomes(gates.performance([row("median_ttft_ms", -0.2)], g, 0.05)) == [Outcome.PASS]
     tp = GatesSpec(performance=[PerfGate(metric="output_throughput", max_worse_pct=5)])
-    assert outcomes(gates.performance([row("output_throughput", -0.1, Verdict.WORSE, True)], tp)) == [Outcome.FAIL]
-    assert outcomes(gates.performance([], g)) == [Outcome.FAIL]  # unknown metric is not a silent pass
+    assert outcomes(gates.performance([row("output_throughput", -0.2, higher=True)], tp, 0.05)) == [Outcome.FAIL]
+    assert outcomes(gates.performance([], g, 0.05)) == [Outcome.FAIL]  # unknown metric is not a silent pass
+    noisy = row("median_ttft_ms", 0.02, se=0.05)  # the old gate passed this: point within, interval wide
+    (r,) = gates.performance([noisy], g, 0.05)
+    assert r.outcome is Outcome.INCONCLUSIVE and r.more_starts and "more server start" in r.detail
 
 
-def test_agreement_gate():
-    g = GatesSpec(agreement_min_exact_match=0.9)
-    assert outcomes(gates.agreement({"prompts": 10, "exact_match_rate": 1.0}, g)) == [Outcome.PASS]
-    assert outcomes(gates.agreement({"prompts": 10, "exact_match_rate": 0.5}, g)) == [Outcome.FAIL]
-    assert outcomes(gates.agreement(None, g)) == [Outcome.FAIL]
-    assert gates.agreement(None, GatesSpec()) == []
+def comps(lps, tokens=None):
+    return [Completion("p", text="".join(t), tokens=t, logprobs=l)
+            for l, t in zip(lps, tokens or [[f"t{i}" for i in range(len(l))] for l in lps])]
+
+
+def test_agreement_gate_calibrated_by_self_agreement():
+    g = GatesSpec()
+    base = comps([[-0.5, -1.0, -0.2, -2.0]] * 4)
+    close = comps([[-0.505, -1.01, -0.2, -2.0]] * 4)
+    far = comps([[-0.9, -1.6, -0.7, -2.8]] * 4)
+    self_cmp = agreement.compare(base, base)
+    assert outcomes(gates.agreement(agreement.compare(base, close), self_cmp, g)) == [Outcome.PASS]
+    (r,) = gates.agreement(agreement.compare(base, far), self_cmp, g)
+    assert r.outcome is Outcome.FAIL and "limit 0.0200" in r.detail
+    assert outcomes(gates.agreement(None, None, g)) == [Outcome.FAIL]
+    assert gates.agreement(None, None, GatesSpec(agreement_mode="off")) == []
+    (r,) = gates.agreement(agreement.compare(base, far), self_cmp, GatesSpec(agreement_mode="report"))
+    assert r.outcome is Outcome.NOT_APPLICABLE and "would be FAIL" in r.detail
+
+
+def test_agreement_on_degenerate_outputs_is_not_informative():
+    flat = comps([[-11.76] * 8] * 4, [["!"] * 8] * 4)  # what vLLM's dummy weights give
+    cmp = agreement.compare(flat, flat)
+    assert cmp["exact_match_rate"] == 1.0 and cmp["degenerate"]
+    (r,) = gates.agreement(cmp, cmp, GatesSpec())
+    assert r.outcome is Outcome.NOT_APPLICABLE and "not informative" in r.detail
+
+
+def test_failed_requests_fail_the_run():
+    assert gates.failed_requests("candidate", 0, 100, 0.0).outcome is Outcome.PASS
+    assert gates.failed_requests("candidate", 1, 100, 0.0).outcome is Outcome.FAIL
+    assert gates.failed_requests("candidate", 1, 100, 0.02).outcome is Outcome.PASS

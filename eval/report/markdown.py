@@ -33,21 +33,50 @@ def headline(a: Analysis) -> str:
     if a.exit_code == 2:
         return f"**RUN INCOMPLETE** ({a.run.get('status')}): {a.run.get('reason', '')}"
     fails = [g for g in a.gates if g.outcome == Outcome.FAIL]
-    gate_txt = "all gates pass" if not fails else f"{len(fails)} gate(s) FAIL: " + "; ".join(g.name for g in fails)
+    open_ = [g for g in a.gates if g.outcome == Outcome.INCONCLUSIVE]
+    if fails:
+        gate_txt = f"FAIL: {len(fails)} gate(s): " + "; ".join(g.name for g in fails)
+    elif open_:
+        gate_txt = f"INCONCLUSIVE: {len(open_)} gate(s) undecided: " + "; ".join(g.name for g in open_)
+    else:
+        gate_txt = "PASS: every gate passed"
     keys = ("output_throughput", "median_ttft_ms", "median_tpot_ms")
     parts = [f"{r.label} {fmt_pct(r.rel_change)} ({r.verdict.value})" for r in a.comparison if r.key in keys]
     return f"**{gate_txt}**." + (" " + "; ".join(parts) + "." if parts else "")
 
 
-def comparison_table(rows: list[MetricComparison], base_label: str, cand_label: str) -> str:
-    out = [f"| Metric | {base_label} | {cand_label} | Change | 95% CI | MWU p | Verdict |",
-           "|---|---:|---:|---:|---|---:|---|"]
+def comparison_table(rows: list[MetricComparison], base_label: str, cand_label: str,
+                     gated: dict[str, str] | None = None) -> str:
+    gated = gated or {}
+    out = [f"| Metric | {base_label} | {cand_label} | Change | 95% CI | Verdict | Role |",
+           "|---|---:|---:|---:|---|---|---|"]
     for r in rows:
         ci = "n/a" if not math.isfinite(r.ci_low) else f"[{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}]"
-        p = "" if r.p_value is None or not math.isfinite(r.p_value) else f"{r.p_value:.3g}"
-        out.append(f"| {r.label} | {num(r.baseline)} | {num(r.candidate)} | {fmt_pct(r.rel_change)} | {ci} | {p} | "
-                   f"{_MARK[r.verdict]} |")
+        out.append(f"| {r.label} | {num(r.baseline)} | {num(r.candidate)} | {fmt_pct(r.rel_change)} | {ci} | "
+                   f"{_MARK[r.verdict]} | {gated.get(r.key, 'exploratory')} |")
     return "\n".join(out)
+
+
+def gated_roles(a: Analysis) -> dict[str, str]:
+    """metric key -> 'gated: PASS' etc., from the performance gates' names."""
+    out = {}
+    for g in a.scenario.gates.performance:
+        res = next((r for r in a.gates if r.name.startswith(f"{g.metric} not worse")), None)
+        out[g.metric] = f"gated (margin {g.max_worse_pct:g}%): {res.outcome.value.upper() if res else '?'}"
+    return out
+
+
+def design_text(a: Analysis, nb: int, nc: int) -> str:
+    b, c = a.arms["baseline"], a.arms["candidate"]
+    sb, sc = len({d.start for d in b.repeat_data}), len({d.start for d in c.repeat_data})
+    return (f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
+            f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
+            "server starts of each start's mean run value; the interval is a Welch t-interval across server starts "
+            "(runs averaged within their start), so it covers start-to-start drift as well as run-to-run noise"
+            + (" (one start per arm: across runs instead, a quick look that misses start-to-start drift)"
+               if sb < 2 or sc < 2 else "") + ". Verdicts are exploratory (95%, no multiplicity correction); gated "
+            f"metrics are decided in the gates below at this look's alpha {a.gate_alpha:.4g} (look {a.look} of "
+            f"{a.looks}), with Holm's correction on failures.")
 
 
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
@@ -64,7 +93,9 @@ def render(a: Analysis) -> str:
          f"- Model: {a.run.get('model', s.model.describe())}",
          f"- Workload: {w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, "
          f"{w.num_prompts} prompts, concurrency {w.max_concurrency or 'unlimited'}, "
-         f"{w.repeats} repeat(s) per arm ({'interleaved' if s.run.interleave else 'one server start per arm'})"]
+         f"{s.run.server_starts} server start(s) per arm"
+         + (f" (sequential, up to {s.run.max_server_starts})" if s.run.max_server_starts else "")
+         + f", {w.repeats} run(s) per start, starts in A B B A order"]
     if s.model.weights_are_random:
         L.append("- **Weights are random (load_format: dummy)**: speed is real, accuracy was not measured.")
     for note in a.notes:
@@ -81,16 +112,17 @@ def render(a: Analysis) -> str:
     if a.comparison:
         nb = sum(d.n for d in b.repeat_data)
         nc = sum(d.n for d in c.repeat_data)
-        methods = {r.method for r in a.comparison if r.method}
         L += ["## Comparison", "",
-              comparison_table(a.comparison, f"{b.label}", f"{c.label}"), "",
-              f"Based on {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {len(c.repeat_data)} run(s) / "
-              f"{nc} requests (candidate). Change = candidate / baseline - 1. "
-              + ("Intervals: Welch t on the log ratio of run-level values (spread across repeats). "
-                 if "runs" in methods else "")
-              + ("Intervals: bootstrap over whole requests of the single run. " if "bootstrap" in methods else "")
-              + f"Verdict at {100 * (1 - s.gates.significance):.0f}% confidence: the interval excludes 0. "
-              "MWU p: Mann-Whitney U on per-request values, a second opinion on the whole distribution.", ""]
+              comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)), "",
+              design_text(a, nb, nc), ""]
+    if a.disturbed:
+        L += ["## Disturbed runs", "", "Runs far from their siblings (robust z > 3.5 and > 1% from the arm's median "
+              "on output throughput or median TPOT). None is dropped silently: each is listed with the server's "
+              "own view of it.", "", "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | "
+              "Server requests |", "|---|---:|---:|---|---|---:|---:|"]
+        L += [f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
+              f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |" for d in a.disturbed]
+        L.append("")
     if a.noise_floor:
         L += ["## Noise floor (A/A: the baseline against itself)", "",
               comparison_table(a.noise_floor, "A", "A again"), ""]
@@ -103,7 +135,14 @@ def render(a: Analysis) -> str:
                   f"- Diverged: {g['diverged']}; mean first divergence at token "
                   f"{num(g['mean_first_divergence']) if g['mean_first_divergence'] is not None else 'n/a'}",
                   f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
-                  f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}", ""]
+                  f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}"]
+            if g.get("degenerate"):
+                L.append(f"- **Not informative**: {g['degenerate']}")
+            if a.agreement_self and a.agreement_self.get("prompts"):
+                sl = a.agreement_self["abs_logprob_diff"]
+                L.append(f"- Self-agreement (baseline, same prompts twice on one server): exact match "
+                         f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}")
+            L.append("")
     if a.gates:
         L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
         L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]

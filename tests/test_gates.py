@@ -123,7 +123,7 @@ def test_agreement_gate_calibrated_by_self_agreement():
     self_cmp = agreement.compare(base, base)
     assert outcomes(gates.agreement(agreement.compare(base, close), self_cmp, g)) == [Outcome.PASS]
     (r,) = gates.agreement(agreement.compare(base, far), self_cmp, g)
-    assert r.outcome is Outcome.FAIL and "limit 0.0200" in r.detail
+    assert r.outcome is Outcome.FAIL and "limit 0.0100" in r.detail
     assert outcomes(gates.agreement(None, None, g)) == [Outcome.FAIL]
     assert gates.agreement(None, None, GatesSpec(agreement_mode="off")) == []
     (r,) = gates.agreement(agreement.compare(base, far), self_cmp, GatesSpec(agreement_mode="report"))

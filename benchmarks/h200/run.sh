@@ -29,8 +29,8 @@ case ${1:-} in
   vsbench)
     { time timeout -s TERM ${LIMIT} python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs ${PAIRS:-2} --time-budget-s ${VS_BUDGET:-380} $SET_ARGS; } 2>&1 | tee "$OUT/vsbench.log"
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
-  aa)  # A/A: CUTLASS against CUTLASS, fresh servers in A B B A order (the noise floor)
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --aa --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
+  aa)  # A/A: CUTLASS against CUTLASS (the noise floor); BASE_RUN=<an A/B run> reuses its CUTLASS arm
+    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends

@@ -156,6 +156,9 @@ def failed_requests(arm: str, failed: int, total: int, max_fraction: float) -> G
 
 def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) -> list[GateResult]:
     """Non-inferiority per gated metric with Holm across them; alpha is this look's."""
+    if not rows:
+        return [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.INCONCLUSIVE,
+                           "no comparison: it needs benchmark data from both arms") for g in gates.performance]
     by_key = {r.key: r for r in rows}
     unknown = [g for g in gates.performance if g.metric not in by_key]
     out = [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.FAIL,

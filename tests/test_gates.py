@@ -104,7 +104,9 @@ def test_performance_gate_has_three_outcomes():
     assert outcomes(gates.performance([row("median_ttft_ms", -0.2)], g, 0.05)) == [Outcome.PASS]
     tp = GatesSpec(performance=[PerfGate(metric="output_throughput", max_worse_pct=5)])
     assert outcomes(gates.performance([row("output_throughput", -0.2, higher=True)], tp, 0.05)) == [Outcome.FAIL]
-    assert outcomes(gates.performance([], g, 0.05)) == [Outcome.FAIL]  # unknown metric is not a silent pass
+    assert outcomes(gates.performance([], g, 0.05)) == [Outcome.INCONCLUSIVE]  # no data is not a pass
+    bad = GatesSpec(performance=[PerfGate(metric="median_ttft_msec", max_worse_pct=5)])
+    assert outcomes(gates.performance([row("median_ttft_ms", 0.0)], bad, 0.05)) == [Outcome.FAIL]  # a typo neither
     noisy = row("median_ttft_ms", 0.02, se=0.05)  # the old gate passed this: point within, interval wide
     (r,) = gates.performance([noisy], g, 0.05)
     assert r.outcome is Outcome.INCONCLUSIVE and r.more_starts and "more server start" in r.detail

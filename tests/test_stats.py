@@ -17,9 +17,9 @@ from eval.stats import (Design, RepeatData, RunValue, Verdict, compare_arms, com
 
 THROUGHPUT = next(m for m in metric_defs([99], False) if m.key == "output_throughput")
 TPOT = next(m for m in metric_defs([99], False) if m.key == "median_tpot_ms")
-# Fitted to reports/examples/h200-aa and cpu-smoke-aa (test_fit_matches_the_committed_aa_runs):
-# starts differ by more than runs within a start do, which is why starts are the unit.
-SIGMA_START, SIGMA_RUN = 0.01, 0.005
+# Per-start noise at least that of the committed H200 runs (the largest start-to-start spread
+# there, median TPOT, was under 1%), with starts varying more than runs within a start.
+SIGMA_START, SIGMA_RUN = 0.012, 0.005
 
 
 def simulate(rng, n, starts, runs, effect=0.0, s_start=SIGMA_START, s_run=SIGMA_RUN):
@@ -42,16 +42,21 @@ def binom_upper(k, n, conf=0.99):
     return float(sps.beta.ppf(conf, k + 1, n - k))
 
 
-def test_fit_matches_the_committed_aa_runs():
-    """sigma_start is not zero in the committed A/A data: two server starts of the same CUTLASS
-    differ by more than their runs do, so a one-server interval would be too narrow."""
+def test_the_simulated_noise_is_at_least_what_the_h200_showed():
+    """The committed H200 runs (one run per server start) give the start-to-start spread that
+    the intervals must cover; the simulation's per-start noise must not be smaller, or the
+    error rates below would be checked under easier conditions than the hardware's."""
     import json
     from conftest import ROOT
-    res = json.loads((ROOT / "reports/examples/h200-aa/results.json").read_text())
-    row = next(r for r in res["comparison"] if r["key"] == "output_throughput")
-    b, c = np.log(row["baseline_runs"]), np.log(row["candidate_runs"])
-    within = (np.var(b, ddof=1) + np.var(c, ddof=1)) / 2
-    assert within > 0 and len(b) == len(c) == 3
+    sd = []
+    for ex in ("h200-aa", "h200-cutlass-vs-torch"):
+        res = json.loads((ROOT / f"reports/examples/{ex}/results.json").read_text())
+        for row in res["comparison"]:
+            if row["key"] in ("output_throughput", "median_tpot_ms"):
+                for runs in (row["baseline_runs"], row["candidate_runs"]):
+                    sd.append(float(np.std(np.log(runs), ddof=1)))
+    assert len(sd) == 8 and max(sd) > 0
+    assert math.hypot(SIGMA_START, SIGMA_RUN) >= max(sd), (max(sd), math.hypot(SIGMA_START, SIGMA_RUN))
 
 
 def test_aa_false_positive_rate_is_at_most_alpha_over_2000_comparisons():

@@ -116,9 +116,9 @@ def render(a: Analysis) -> str:
               comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)), "",
               design_text(a, nb, nc), ""]
     if a.disturbed:
-        L += ["## Disturbed runs", "", "Runs far from their siblings (robust z > 3.5 and > 1% from the arm's median "
-              "on output throughput or median TPOT). None is dropped silently: each is listed with the server's "
-              "own view of it.", "", "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | "
+        L += ["## Disturbed runs", "", "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
+              "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "
+              "the server's own view of it.", "", "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | "
               "Server requests |", "|---|---:|---:|---|---|---:|---:|"]
         L += [f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
               f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |" for d in a.disturbed]

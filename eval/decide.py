@@ -135,7 +135,8 @@ def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
                   f"vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
         if outcome is Outcome.INCONCLUSIVE:
             detail += (f"; about {more} more server start(s) per arm would likely decide it" if more is not None else
-                       "; the estimate sits too close to the margin for more starts to decide it soon")
+                       "; at the observed spread not even 50 server starts per arm would likely decide it (the "
+                       "estimate sits at the margin, or the metric is too noisy for it)")
         out.append(GateDecision(g.name, outcome, rel, lo, hi, g.margin, pf, more, detail))
     return out
 

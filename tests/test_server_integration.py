@@ -11,12 +11,13 @@ import pytest
 
 from conftest import GSM8K, MODEL, VLLM_PY, needs_server
 
-from eval import accuracy, agreement, cli, server_metrics
+from eval import accuracy, agreement, cli, gates, server_metrics
+from eval.decide import Outcome
 from eval.backends import Backend
 from eval.benchmark import run_repeat
 from eval.errors import KernelMismatchError, PreflightError, ServerError
 from eval.loadgen.datasets import build_prompts, save_prompts
-from eval.scenario import AccuracySpec, AgreementSpec, ArmSpec, DatasetSpec, Device, ServerSpec, VllmInstall, WorkloadSpec
+from eval.scenario import AccuracySpec, AgreementSpec, ArmSpec, GatesSpec, DatasetSpec, Device, ServerSpec, VllmInstall, WorkloadSpec
 from eval.server import ServerConfig, VllmServer, group_members
 
 pytestmark = [needs_server, pytest.mark.server]
@@ -88,13 +89,33 @@ def test_lm_eval_against_a_dead_server_ends_with_a_clear_error(tmp_path):
     assert (tmp_path / "acc" / "lm_eval.log").is_file()
 
 
-def test_agreement_of_a_server_with_itself_is_total(live, tmp_path):
+def test_agreement_of_a_server_with_itself_is_total_and_passes_the_gate(live, tmp_path):
     spec = AgreementSpec(num_prompts=4, max_tokens=12)
     a = agreement.collect(live.url, "smollm2", spec, tmp_path / "a.jsonl")
     b = agreement.collect(live.url, "smollm2", spec, tmp_path / "b.jsonl")
     cmp = agreement.compare(a, b)
     assert cmp["exact_match_rate"] == 1.0 and cmp["abs_logprob_diff"]["max"] < 1e-3
     assert a[0].text.startswith(" Paris")  # the real model, answering "The capital of France is"
+    assert cmp["degenerate"] == ""  # a real model's outputs can show a difference
+    (g,) = gates.agreement(cmp, cmp, GatesSpec())
+    assert g.outcome is Outcome.PASS, g.detail  # fp32 against fp32 (fp32 against bf16 fails: test_compare_e2e)
+
+
+def test_accuracy_gate_fails_a_degraded_candidate_and_passes_an_identical_one(live, tmp_path):
+    """Real lm-eval on the suite's own counting task, which this model solves greedily: the
+    same server sampled at temperature 1.5 (a planted fault) must FAIL the paired gate."""
+    runs = {}
+    for name, kw in (("base", {}), ("same", {}), ("hot", {"temperature": 1.5, "do_sample": True})):
+        spec = AccuracySpec(tasks=["vse_count"], limit=40, num_fewshot=3, max_gen_toks=8, gen_kwargs=kw)
+        runs[name] = accuracy.run(spec, live.url, "smollm2", tmp_path / name)
+    key = "vse_count/exact_match,none"
+    assert runs["base"].scores[key] >= 0.8 and len(runs["base"].per_question[key]) == 40
+    assert runs["base"].per_question[key].keys() == runs["hot"].per_question[key].keys()  # the same questions
+    g = GatesSpec(accuracy_noninferiority_margin=0.1)
+    (same,) = gates.accuracy_noninferiority(runs["base"], runs["same"], g)
+    (hot,) = gates.accuracy_noninferiority(runs["base"], runs["hot"], g)
+    assert same.outcome is Outcome.PASS, same.detail
+    assert hot.outcome is Outcome.FAIL and "paired on 40 questions" in hot.detail, hot.detail
 
 
 def test_early_death_reports_the_root_cause(tmp_path):

@@ -142,6 +142,24 @@ def change_plot(a: Analysis) -> Markup:
     return _svg(fig)
 
 
+def starts_plot(a: Analysis) -> Markup | None:
+    """Run-level values of the gated metrics by server start: what the interval is built from."""
+    keys = [g.metric for g in a.scenario.gates.performance] or ["output_throughput", "median_tpot_ms"]
+    rows = [r for r in a.comparison if r.key in keys]
+    if not rows:
+        return None
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.7 * len(rows), 3), squeeze=False)
+    for ax, r in zip(axes[0], rows):
+        for name, runs, starts, dx in (("baseline", r.baseline_runs, r.baseline_starts, -0.1),
+                                       ("candidate", r.candidate_runs, r.candidate_starts, 0.1)):
+            ax.scatter(np.asarray(starts) + 1 + dx, runs, color=COLORS[name], s=18, label=name)
+        ax.set_title(r.label, fontsize=9)
+        ax.set_xlabel("server start")
+        ax.set_xticks(sorted({s + 1 for s in r.baseline_starts + r.candidate_starts}))
+    axes[0][0].legend(fontsize=7)
+    return _svg(fig)
+
+
 def accuracy_plot(arms: list[ArmAnalysis]) -> Markup | None:
     with_acc = [a for a in arms if a.accuracy]
     if not with_acc:
@@ -170,6 +188,8 @@ def render(a: Analysis) -> str:
                   ("Per-request latency against send time", latency_vs_send_plot(have_bench))]
     if a.comparison:
         plots.insert(0, ("Relative change with 95% confidence intervals", change_plot(a)))
+        if (sp := starts_plot(a)) is not None:
+            plots.insert(1, ("Run-level values by server start (the replication unit)", sp))
     acc = accuracy_plot(arms)
     if acc is not None:
         plots.append(("Accuracy", acc))

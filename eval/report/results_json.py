@@ -48,7 +48,10 @@ def render(a: Analysis) -> dict[str, Any]:
         "arms": arms,
         "comparison": [dataclasses.asdict(r) for r in a.comparison],
         "noise_floor": [dataclasses.asdict(r) for r in a.noise_floor] if a.noise_floor else None,
-        "agreement": a.agreement,
+        "agreement": a.agreement, "agreement_self": a.agreement_self,
+        "design": {"server_starts": {n: len({d.start for d in arm.repeat_data}) for n, arm in a.arms.items()},
+                   "look": a.look, "looks": a.looks, "gate_alpha": a.gate_alpha},
+        "disturbed_runs": a.disturbed,
         "gates": [dataclasses.asdict(g) for g in a.gates],
         "notes": a.notes, "exit_code": a.exit_code,
     })

@@ -35,3 +35,18 @@ def test_crlf_split_across_reads():
     p = SseParser()
     assert p.feed(b"data: 6\r") == []
     assert p.feed(b"\n\r\ndata: 7\r\n\r\n") == ["6", "7"]
+
+
+def test_unicode_line_separators_inside_json_stay_in_the_event():
+    """vLLM writes U+2028/U+2029/U+0085 unescaped in its JSON; only \n, \r\n end SSE lines."""
+    import json
+    text = "a\u2028b\u2029c\u0085d\x1ce\x0bf"
+    chunk = json.dumps({"choices": [{"text": text}]}, ensure_ascii=False).encode()
+    p = SseParser()
+    (payload,) = p.feed(b"data: " + chunk + b"\n\n")
+    assert json.loads(payload)["choices"][0]["text"] == text
+
+
+def test_only_one_leading_space_is_stripped():
+    p = SseParser()
+    assert p.feed(b"data:   two spaces kept\n\n") == ["  two spaces kept"]

@@ -41,8 +41,10 @@ class SseParser:
 
 def _payload(raw: bytes) -> str | None:
     lines = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
+    # Split on the spec's line ending only (\r\n was made \n above): str.splitlines() would also
+    # split on U+2028, U+2029, U+0085 and others, which vLLM leaves unescaped in JSON strings.
+    for line in raw.decode("utf-8", errors="replace").split("\n"):
         if line.startswith("data:"):
-            lines.append(line[5:].lstrip(" ") if line[5:6] == " " else line[5:])
+            lines.append(line[6:] if line[5:6] == " " else line[5:])  # the spec strips one space
         # comments (":") and other fields (event:, id:, retry:) carry nothing we need
     return "\n".join(lines) if lines else None

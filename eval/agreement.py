@@ -107,7 +107,8 @@ def degenerate(comps: list[Completion]) -> str:
     lps = np.array([x for c in ok for x in c.logprobs if np.isfinite(x)])
     if len(lps) > 1 and np.ptp(lps) < 1e-4:
         return f"every chosen token has the same logprob ({lps[0]:.4f}): outputs are degenerate"
-    if all(len(set(c.tokens)) <= 2 for c in ok if len(c.tokens) >= 8):
+    long_ = [c for c in ok if len(c.tokens) >= 8]
+    if long_ and all(len(set(c.tokens)) <= 2 for c in long_):
         return "every output cycles through one or two tokens"
     return ""
 

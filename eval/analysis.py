@@ -266,8 +266,10 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     for n, a in arms.items():
         if a.repeat_data:
             total = sum(d.n + d.failed for d in a.repeat_data)
+            errors = [r.error for rep in a.raw for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
+                      if not r.success]
             results.append(gates.failed_requests(n, sum(d.failed for d in a.repeat_data), total,
-                                                 g.max_failed_fraction))
+                                                 g.max_failed_fraction, gates.error_kinds(errors)))
     results += _accuracy_gates(s, run, arms)
     if s.agreement.enabled:
         results += gates.agreement(agree, self_agree, g)

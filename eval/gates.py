@@ -146,12 +146,23 @@ def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec) -> list
     return res
 
 
-def failed_requests(arm: str, failed: int, total: int, max_fraction: float) -> GateResult:
+def failed_requests(arm: str, failed: int, total: int, max_fraction: float,
+                    first_errors: dict[str, str] | None = None) -> GateResult:
     """A candidate that errors on its slow requests would otherwise look faster."""
     frac = failed / total if total else 0.0
     ok = frac <= max_fraction
+    kinds = "; ".join(f"first {kind}: {err[:160]}" for kind, err in (first_errors or {}).items())
     return GateResult(f"{arm} failed requests", Outcome.PASS if ok else Outcome.FAIL,
-                      f"{failed} of {total} measured requests failed (allowed: {100 * max_fraction:g}%)")
+                      f"{failed} of {total} measured requests failed (allowed: {100 * max_fraction:g}%)"
+                      + (f"; {kinds}" if kinds else ""))
+
+
+def error_kinds(errors: list[str]) -> dict[str, str]:
+    """The first error of each kind (HTTP status, exception name) in the order they happened."""
+    out: dict[str, str] = {}
+    for e in errors:
+        out.setdefault(e.split(":", 1)[0].strip() or "error", e)
+    return out
 
 
 def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) -> list[GateResult]:

@@ -144,3 +144,7 @@ def test_failed_requests_fail_the_run():
     assert gates.failed_requests("candidate", 0, 100, 0.0).outcome is Outcome.PASS
     assert gates.failed_requests("candidate", 1, 100, 0.0).outcome is Outcome.FAIL
     assert gates.failed_requests("candidate", 1, 100, 0.02).outcome is Outcome.PASS
+    kinds = gates.error_kinds(["HTTP 500: boom", "TimeoutError: read", "HTTP 500: again"])
+    assert kinds == {"HTTP 500": "HTTP 500: boom", "TimeoutError": "TimeoutError: read"}
+    r = gates.failed_requests("candidate", 3, 100, 0.0, kinds)
+    assert "first HTTP 500: HTTP 500: boom" in r.detail and "first TimeoutError" in r.detail

@@ -90,3 +90,14 @@ def kernel_matches(backend: Backend, selected: str | None) -> bool:
     """True when the kernel vLLM selected is consistent with what the arm asked for."""
     want = spec(backend).kernel_class
     return want is None or selected == want
+
+
+def describe_selected(by_method: dict[str, str]) -> str | None:
+    """One kernel name when every FP8 linear method got the same one (the usual case), else each
+    method's. vLLM's own fp8 checkpoints log Fp8LinearMethod; compressed-tensors ones their scheme."""
+    kernels = set(by_method.values())
+    if not kernels:
+        return None
+    if len(kernels) == 1:
+        return kernels.pop()
+    return ", ".join(f"{k} for {m}" for m, k in sorted(by_method.items()))

@@ -4,6 +4,7 @@ the model path."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -57,6 +58,26 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
                                  f"{have} < {need}")
 
 
+_QUIET = ("WARNING", "WARN", "ERROR", "CRITICAL")
+
+
+def check_log_level(scenario: Scenario, environ: dict[str, str] | None = None) -> None:
+    """The kernel check reads vLLM's INFO line "Selected <kernel> for <method>"; a log level that
+    hides it would be blamed on the model later. Refuse up front instead."""
+    env = dict(os.environ if environ is None else environ)
+    if not any(backends.spec(getattr(scenario.arms, a).backend).kernel_class for a in ("baseline", "candidate")):
+        return
+    for where, arm_env in (("server.env", scenario.server.env), ("arms.baseline.env", scenario.arms.baseline.env),
+                           ("arms.candidate.env", scenario.arms.candidate.env)):
+        level = {**env, **scenario.server.env, **arm_env}.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+        if level in _QUIET:
+            src = where if "VLLM_LOGGING_LEVEL" in arm_env or (where == "server.env" and
+                                                                "VLLM_LOGGING_LEVEL" in scenario.server.env) \
+                else "the environment"
+            raise PreflightError(f"VLLM_LOGGING_LEVEL={level} (from {src}) hides vLLM's INFO line that names the "
+                                 "selected FP8 kernel, so the kernel check could not run; use INFO or DEBUG")
+
+
 def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -> None:
     if scenario.server.device != Device.CUDA:
         return
@@ -79,6 +100,7 @@ def run(scenario: Scenario) -> list[Gpu]:
     """All preflight checks; returns the GPUs seen (recorded in the run's environment)."""
     gpus = query_gpus() if scenario.server.device == Device.CUDA else []
     check_backends(scenario, gpus)
+    check_log_level(scenario)
     check_gpu_count(scenario, gpus)
     check_port(scenario)
     return gpus

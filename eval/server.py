@@ -201,13 +201,15 @@ class VllmServer:
             raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {cause} (log: {self.log_path})")
 
     def selected_kernel(self) -> str | None:
-        return backends.selected_kernels(self.log_text()).get("Fp8LinearMethod")
+        return backends.describe_selected(backends.selected_kernels(self.log_text()))
 
     def check_kernel(self) -> str | None:
-        """Fail the arm when vLLM's selected FP8 kernel contradicts the requested backend."""
-        got = self.selected_kernel()
+        """Fail the arm when any FP8 linear method's selected kernel contradicts the requested
+        backend (every method vLLM logged is checked, not only Fp8LinearMethod)."""
+        by_method = backends.selected_kernels(self.log_text())
+        got = backends.describe_selected(by_method)
         backend = self.cfg.spec.backend
-        if not backends.kernel_matches(backend, got):
+        if not by_method or not all(backends.kernel_matches(backend, k) for k in by_method.values()):
             want = backends.spec(backend).kernel_class
             raise KernelMismatchError(
                 f"{self.cfg.arm} asked for backend {backend.value} ({want}) but vLLM selected "

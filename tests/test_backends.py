@@ -39,3 +39,48 @@ def test_kernel_from_log():
     assert not backends.kernel_matches(Backend.FLASHINFER, sel["Fp8LinearMethod"])
     assert not backends.kernel_matches(Backend.TORCH, None)
     assert backends.kernel_matches(Backend.AUTO, None) and backends.kernel_matches(Backend.NONE, None)
+
+
+def test_every_fp8_linear_method_is_checked():
+    """A compressed-tensors FP8 checkpoint logs its scheme class, not Fp8LinearMethod."""
+    from eval.backends import describe_selected, selected_kernels
+    log = ("INFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n"
+           "INFO Selected PerTensorTorchFP8ScaledMMLinearKernel for Fp8LinearMethod\n")
+    by = selected_kernels(log)
+    assert by == {"CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel",
+                  "Fp8LinearMethod": "PerTensorTorchFP8ScaledMMLinearKernel"}
+    assert "for CompressedTensorsW8A8Fp8" in describe_selected(by)
+    assert describe_selected({"CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel"}) == \
+        "CutlassFP8ScaledMMLinearKernel"
+
+
+def test_a_compressed_tensors_log_passes_the_kernel_check_and_a_mixed_one_fails(tmp_path):
+    import pytest
+    from eval.errors import KernelMismatchError
+    from eval.scenario import ArmSpec, ServerSpec
+    from eval.server import ServerConfig, VllmServer
+    cfg = ServerConfig(arm="candidate", model="m", served_name="m", server=ServerSpec(),
+                       spec=ArmSpec(label="c", backend=Backend.CUTLASS))
+    log = tmp_path / "s.log"
+    srv = VllmServer(cfg, log)
+    log.write_text("$ vllm serve\nINFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n")
+    assert srv.check_kernel() == "CutlassFP8ScaledMMLinearKernel"
+    log.write_text(log.read_text() + "INFO Selected PerTensorTorchFP8ScaledMMLinearKernel for Fp8LinearMethod\n")
+    with pytest.raises(KernelMismatchError, match="PerTensorTorchFP8ScaledMMLinearKernel for Fp8LinearMethod"):
+        srv.check_kernel()
+
+
+def test_a_log_level_that_hides_the_kernel_line_is_refused_before_start():
+    import pytest
+    from eval import preflight
+    from eval.errors import PreflightError
+    from eval.scenario import load_scenario
+    s = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml")
+    preflight.check_log_level(s, {})
+    with pytest.raises(PreflightError, match="VLLM_LOGGING_LEVEL=WARNING .*the environment"):
+        preflight.check_log_level(s, {"VLLM_LOGGING_LEVEL": "WARNING"})
+    quiet = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml", overrides=["server.env={VLLM_LOGGING_LEVEL: ERROR}"])
+    with pytest.raises(PreflightError, match="from server.env"):
+        preflight.check_log_level(quiet, {})
+    cpu = load_scenario("scenarios/cpu-smoke.yaml")  # no FP8 kernel to check: any level is fine
+    preflight.check_log_level(cpu, {"VLLM_LOGGING_LEVEL": "ERROR"})

@@ -184,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
     try:
         return args.fn(args)
     except SuiteError as e:

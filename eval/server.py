@@ -109,6 +109,44 @@ class ServerConfig:
         return env
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the suite dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so no vLLM server is orphaned; its engine core follows its parent."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+suite, pgid = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    time.sleep(0.5)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        sys.exit(0)  # the server's group is gone: nothing to guard
+    try:
+        os.kill(suite, 0)
+    except ProcessLookupError:
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # the suite died without stopping it (SIGKILL)
+        except ProcessLookupError:
+            pass
+        sys.exit(0)
+"""
+
+
+def _watchdog(pgid: int) -> None:
+    """A tiny process that kills the server's whole group if the suite dies without stopping it:
+    the parent-death signal reaches the API server only, not its engine core and workers."""
+    import sys
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
 def group_members(pgid: int) -> list[int]:
     """Processes of a process group that are still running (zombies are dead already)."""
     out = []
@@ -126,12 +164,37 @@ def group_members(pgid: int) -> list[int]:
 
 
 _ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
+_WARNING_RE = re.compile(r"\bWARN(ING)?\b")
 
 
 def root_cause(log_text: str) -> str | None:
-    """The most telling line of a dead server's log: the last exception or argparse error."""
-    hits = [m.group(1).strip() for line in log_text.splitlines() if (m := _ROOT_CAUSE_RE.search(line))]
+    """The most telling line of a dead server's log: the last exception or argparse error. Lines
+    logged as warnings are not causes (vLLM warns "OSError: [Errno 24] Too many open files ...
+    Consider increasing with ulimit -n" at every start)."""
+    hits = [m.group(1).strip() for line in log_text.splitlines()
+            if not _WARNING_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
     return hits[-1][:400] if hits else None
+
+
+def death_by_signal(returncode: int | None) -> str | None:
+    """For a server killed by a signal, which one and what that usually means."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    if name != "SIGKILL":
+        return f"killed by {name}"
+    ooms = None
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                ooms = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    why = f"this cgroup's memory.events counts {ooms} OOM kill(s)" if ooms else "no OOM kill recorded where readable"
+    return f"killed by SIGKILL (out of memory, or killed from outside; {why})"
 
 
 @dataclass
@@ -162,9 +225,10 @@ class VllmServer:
         self.started_at = time.monotonic()
         # Own process group: teardown signals the whole tree (engine core, TP workers).
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.cfg.env(), start_new_session=True)
+                                     env=self.cfg.env(), start_new_session=True, preexec_fn=_die_with_parent)
         log.close()
         _LIVE.add(self)
+        _watchdog(self.proc.pid)
         return self
 
     def log_text(self) -> str:
@@ -174,7 +238,7 @@ class VllmServer:
             return ""
 
     def _died(self) -> ServerError:
-        cause = root_cause(self.log_text()) or "no error line in its log"
+        cause = death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
         return ServerError(f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
                            f"{cause} (log: {self.log_path})")
 
@@ -197,7 +261,7 @@ class VllmServer:
 
     def assert_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            cause = root_cause(self.log_text()) or "no error line in its log"
+            cause = death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
             raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {cause} (log: {self.log_path})")
 
     def selected_kernel(self) -> str | None:
@@ -209,6 +273,8 @@ class VllmServer:
         by_method = backends.selected_kernels(self.log_text())
         got = backends.describe_selected(by_method)
         backend = self.cfg.spec.backend
+        if backends.spec(backend).kernel_class is None:
+            return got
         if not by_method or not all(backends.kernel_matches(backend, k) for k in by_method.values()):
             want = backends.spec(backend).kernel_class
             raise KernelMismatchError(
@@ -217,22 +283,25 @@ class VllmServer:
         return got
 
     def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the whole process group and wait until none of it runs. The server stays listed
+        (stop_all reaches it) until then, so a second Ctrl-C during a stop loses nothing; and the
+        group is signalled even when the API server already exited, since its engine core and
+        workers can outlive it."""
         proc = self.proc
-        _LIVE.discard(self)
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            _LIVE.discard(self)
             return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Children that outlived the leader (engine core, workers) share its process group:
-        # kill them too and wait until none is left running.
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         deadline = time.monotonic() + 15
         while group_members(proc.pid) and time.monotonic() < deadline:
             try:
@@ -240,6 +309,7 @@ class VllmServer:
             except ProcessLookupError:
                 break
             time.sleep(0.1)
+        _LIVE.discard(self)
 
     def __enter__(self) -> "VllmServer":
         return self
@@ -254,15 +324,3 @@ def stop_all() -> None:
     for s in list(_LIVE):
         s.stop(grace_s=10.0)
 
-
-@dataclass
-class ExternalServer:
-    """An already-running server, benchmarked by URL: nothing is started or stopped."""
-
-    url: str
-
-    def assert_alive(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass

@@ -86,3 +86,13 @@ def test_budget_stops_between_starts_and_resume_goes_on(tmp_path, monkeypatch):
 def test_resume_refuses_other_settings(tmp_path):
     (tmp_path / "run.json").write_text("{}")
     assert cli.main(["compare", "--resume", str(tmp_path), "--set", "workload.num_prompts=3"]) == 2
+
+
+def test_root_cause_skips_warnings_and_names_a_killing_signal():
+    from eval.server import death_by_signal, root_cause
+    log = ("WARNING 12-03 [utils.py:1] OSError: [Errno 24] Too many open files. Consider increasing with ulimit -n\n"
+           "INFO loading\n")
+    assert root_cause(log) is None
+    assert root_cause(log + "ValueError: bad flag\n") == "ValueError: bad flag"
+    assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
+    assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None

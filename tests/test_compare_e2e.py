@@ -191,6 +191,31 @@ def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke
     assert vllm_ports_alive(new) == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
+    """SIGKILL cannot be caught: the servers' parent-death signal and watchdog must stop them.
+    SIGHUP (a closed terminal) takes the same path as Ctrl-C."""
+    run, _ = smoke
+    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
+                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    new = None
+    while time.monotonic() < deadline and new is None:  # the candidate's server is up and loading
+        logs = [lg for lg in tmp_path.glob("*/candidate/server-*.log") if lg.stat().st_size > 2000]
+        new = logs[0].parent.parent if logs else None
+        time.sleep(0.5)
+    assert new is not None, "candidate server never started"
+    p.send_signal(sig)
+    p.communicate(timeout=120)
+    deadline = time.monotonic() + 30
+    while vllm_ports_alive(new) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert vllm_ports_alive(new) == []
+    if sig == signal.SIGHUP:
+        assert p.returncode == 2 and json.loads((new / "run.json").read_text())["status"] == "interrupted"
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
 def test_html_report_renders_in_headless_chromium(smoke, tmp_path):

@@ -32,7 +32,7 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
                repeat: int, tokenizer_path: str | None, prompts_sha: str, warmup: list[Prompt] = (),
                extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> RepeatResult:
     params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s,
-                           w.usage_per_chunk)
+                           w.usage_per_chunk, w.read_timeout_s)
     count = None
     if tokenizer_path:
         tok = load_tokenizer(tokenizer_path)

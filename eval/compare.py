@@ -135,6 +135,11 @@ class Orchestrator:
         srv.assert_alive()
         ok = [r for r in res.records if r.phase == "measure" and r.success]
         failed = [r for r in res.records if r.phase == "measure" and not r.success]
+        if failed and not ok and all(r.error.startswith("timeout") for r in failed):
+            # Every request timed out on a live process: hung (stopped, deadlocked), not slow.
+            # What it measured is on disk; the run ends here with the reason named.
+            raise SuiteError(f"{arm} server hung: all {len(failed)} requests of run {k + 1} timed out "
+                             f"({failed[0].error}); the server was stopped (log: {srv.log_path})")
         out_tok = sum(r.output_tokens for r in ok)
         dur = (res.meta["ended_ns"] - res.meta["started_ns"]) / 1e9
         self.log(f"{arm}: repeat {k + 1}: {len(ok)} ok, {len(failed)} failed, {out_tok / max(dur, 1e-9):.1f} "
@@ -150,7 +155,8 @@ class Orchestrator:
         self.status.phase("accuracy", arm=arm)
         with self.console.status(f"{arm}: lm-eval {','.join(self.s.accuracy.tasks)}"):
             try:
-                res = accuracy.run(self.s.accuracy, srv.url, self.s.model.served_name, out)
+                res = accuracy.run(self.s.accuracy, srv.url, self.s.model.served_name, out,
+                                   deadline_s=self.s.accuracy.deadline_s)
             except accuracy.AccuracyError as e:
                 srv.assert_alive()  # a dead server is the better root cause
                 write_json(out / "status.json", {"status": f"failed: {e}"})

@@ -174,6 +174,7 @@ class WorkloadSpec(Strict):
     # Ask vLLM for usage on every chunk (exact tokens per coalesced chunk); costs server CPU.
     usage_per_chunk: bool = False
     request_timeout_s: float = Field(3600, gt=0)
+    read_timeout_s: float = Field(300, gt=0)  # no byte of a stream for this long: the server hung
 
     @field_validator("percentiles")
     @classmethod
@@ -195,6 +196,7 @@ class AccuracySpec(Strict):
     num_concurrent: int = Field(8, ge=1)
     max_gen_toks: int = Field(256, ge=1)
     timeout_s: float = Field(600, gt=0)
+    deadline_s: float = Field(7200, gt=0)  # all of lm-eval for one arm; past it the run fails, named
     max_retries: int = Field(3, ge=0)
     # Reference scores, keyed "task/metric,filter", e.g. "gsm8k/exact_match,flexible-extract".
     reference: dict[str, float] = {}

@@ -216,6 +216,43 @@ def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
         assert p.returncode == 2 and json.loads((new / "run.json").read_text())["status"] == "interrupted"
 
 
+def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_path):
+    """SIGSTOP the candidate's API server once it is up: every request hits the read timeout, the
+    run fails with one line that says hung, the frozen server is killed, the records are kept."""
+    run, _ = smoke
+    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
+                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL,
+                          "--set", "workload.read_timeout_s=8"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, pid = time.monotonic() + 300, None
+    while time.monotonic() < deadline and pid is None:
+        logs = list(tmp_path.glob("*/candidate/server-*.log"))
+        if logs and "Application startup complete" in logs[0].read_text(errors="replace"):
+            port = re.search(r"--port (\d+)", logs[0].read_text().splitlines()[0]).group(1)
+            pid = next((int(q) for q in os.listdir("/proc") if q.isdigit() and f"--port {port}" in _cmdline(q)
+                        and "api_server" in _cmdline(q)), None)
+        time.sleep(0.2)
+    assert pid is not None, "candidate server never came up"
+    os.kill(pid, signal.SIGSTOP)
+    t = time.monotonic()
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 2, err[-2000:]
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], err[-2000:]
+    assert time.monotonic() - t < 120
+    new = logs[0].parent.parent
+    assert json.loads((new / "run.json").read_text())["status"] == "failed"
+    assert list((new / "candidate").glob("bench-0.jsonl"))  # what it measured (the timeouts) is kept
+    assert vllm_ports_alive(new) == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
 def test_html_report_renders_in_headless_chromium(smoke, tmp_path):

@@ -27,6 +27,7 @@ class RequestParams:
     temperature: float = 0.0
     timeout_s: float = 3600.0
     usage_per_chunk: bool = False
+    read_timeout_s: float | None = 300.0  # no byte for this long: the server is hung, not slow
 
     @property
     def url(self) -> str:
@@ -126,7 +127,7 @@ async def stream_request(session: aiohttp.ClientSession, p: RequestParams, promp
     rec.send_ns = time.monotonic_ns()
     try:
         async with session.post(p.url, json=build_payload(p, prompt, max_tokens),
-                                timeout=aiohttp.ClientTimeout(total=p.timeout_s)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=p.timeout_s, sock_read=p.read_timeout_s)) as resp:
             rec.headers_ns = time.monotonic_ns()
             rec.status = resp.status
             if resp.status != 200:
@@ -150,7 +151,9 @@ async def stream_request(session: aiohttp.ClientSession, p: RequestParams, promp
     except StreamError as e:
         rec.error = str(e)
     except asyncio.TimeoutError:
-        rec.error = f"timeout after {p.timeout_s:.0f} s"
+        waited = (time.monotonic_ns() - rec.send_ns) / 1e9
+        rec.error = (f"timeout: no data for {p.read_timeout_s:.0f} s (read timeout)"
+                     if p.read_timeout_s and waited < p.timeout_s - 1 else f"timeout after {p.timeout_s:.0f} s")
     except (aiohttp.ClientError, ConnectionError, OSError) as e:
         rec.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
     if not rec.success:

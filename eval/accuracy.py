@@ -132,12 +132,15 @@ def _err_line(log: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s: float | None = None) -> AccuracyResult:
+def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s: float | None = None,
+        api_key: str | None = None) -> AccuracyResult:
     """Run lm-eval against a live server; results land in `out` whether it succeeds or not."""
     out.mkdir(parents=True, exist_ok=True)
     include = offline_task_dir(spec, out / "tasks")
     argv = lm_eval_argv(spec, base_url, model, out / "lm_eval", include)
     env = dict(os.environ)
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key  # local-completions sends it as a bearer token
     if spec.data_dir or all(t in small_tasks.TASKS for t in spec.tasks):  # nothing to fetch from the hub
         env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     log_path = out / "lm_eval.log"

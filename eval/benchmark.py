@@ -30,9 +30,10 @@ def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
 
 def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec, out: Path, *,
                repeat: int, tokenizer_path: str | None, prompts_sha: str, warmup: list[Prompt] = (),
-               extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> RepeatResult:
+               extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None,
+               api_key: str | None = None) -> RepeatResult:
     params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s,
-                           w.usage_per_chunk, w.read_timeout_s)
+                           w.usage_per_chunk, w.read_timeout_s, api_key)
     count = None
     if tokenizer_path:
         tok = load_tokenizer(tokenizer_path)

@@ -21,7 +21,7 @@ from .errors import SuiteError
 from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
-from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
+from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump, redact, secret_values
 from .server import ServerConfig, VllmServer
 
 
@@ -113,7 +113,7 @@ class Orchestrator:
     def _record_server(self, arm: str, n: int, srv: VllmServer, ready: float, kernel: str | None) -> None:
         path = self.run_dir / arm / "servers.json"
         servers = read_json(path) if path.is_file() else []
-        servers.append({"server": n, "argv": srv.argv, "port": srv.port, "ready_s": round(ready, 1),
+        servers.append({"server": n, "argv": redact(srv.argv, secret_values(self.s)), "port": srv.port, "ready_s": round(ready, 1),
                         "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
                         "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
@@ -129,6 +129,7 @@ class Orchestrator:
                       TimeElapsedColumn(), console=self.console, transient=True) as prog:
             task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}", total=len(measured))
             res = run_repeat(srv.url, self.s.model.served_name, measured, w, self.run_dir / arm, repeat=k,
+                             api_key=srv.cfg.api_key(),
                              tokenizer_path=self.model.tokenizer, prompts_sha=self.prompt_shas[k],
                              warmup=warm, on_done=lambda _r: prog.advance(task),
                              extra_meta={"server_start": start, "server": self.server_count - 1})
@@ -156,7 +157,7 @@ class Orchestrator:
         with self.console.status(f"{arm}: lm-eval {','.join(self.s.accuracy.tasks)}"):
             try:
                 res = accuracy.run(self.s.accuracy, srv.url, self.s.model.served_name, out,
-                                   deadline_s=self.s.accuracy.deadline_s)
+                                   deadline_s=self.s.accuracy.deadline_s, api_key=srv.cfg.api_key())
             except accuracy.AccuracyError as e:
                 srv.assert_alive()  # a dead server is the better root cause
                 write_json(out / "status.json", {"status": f"failed: {e}"})
@@ -168,10 +169,12 @@ class Orchestrator:
         if not self.s.agreement.enabled:
             return
         self.status.phase("agreement", arm=arm)
-        comps = agreement.collect(srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / "agreement.jsonl")
+        key = srv.cfg.api_key()
+        comps = agreement.collect(srv.url, self.s.model.served_name, self.s.agreement,
+                                  self.run_dir / arm / "agreement.jsonl", api_key=key)
         if arm == "baseline":  # the same prompts again on the same server: the self-agreement that calibrates the gate
             comps += agreement.collect(srv.url, self.s.model.served_name, self.s.agreement,
-                                       self.run_dir / arm / "agreement-self.jsonl")
+                                       self.run_dir / arm / "agreement-self.jsonl", api_key=key)
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
@@ -276,7 +279,8 @@ def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:
     if opts.aa:
         s = aa_scenario(s)
     run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value)  # A/A: the name ends in -aa
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(dump(s), sort_keys=False))
+    # Redacted: a ${HF_TOKEN} in an env section was expanded in memory, never on disk.
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(redact(dump(s), secret_values(s)), sort_keys=False))
     return s, run_dir
 
 

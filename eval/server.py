@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import backends
 from .errors import KernelMismatchError, PreflightError, ServerError
-from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
+from .scenario import SECRET_NAME, ArmSpec, Device, ServerSpec, VllmInstall, redact
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -96,6 +96,14 @@ class ServerConfig:
         sel_args, _ = backends.selection_args(self.spec.backend, has_linear_backend_flag=s.linear_backend_flag)
         return a + sel_args + list(s.extra_args) + list(self.spec.extra_args)
 
+    def api_key(self) -> str | None:
+        name = self.server.api_key_env
+        if not name:
+            return None
+        if not os.environ.get(name):
+            raise PreflightError(f"server.api_key_env: the environment variable {name} is not set")
+        return os.environ[name]
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(SAFE_GPU_ENV)
@@ -106,6 +114,8 @@ class ServerConfig:
         env.update(sel_env)
         env.update(self.spec.env)
         env.update(SAFE_GPU_ENV)  # an arm may not turn it back on
+        if (key := self.api_key()) is not None:
+            env["VLLM_API_KEY"] = key  # by environment, not --api-key: argv shows in logs and ps
         return env
 
 
@@ -220,7 +230,8 @@ class VllmServer:
         self.argv = launcher(self.cfg.install()) + [self.cfg.model, "--host", self.host, "--port", str(self.port)] + self.cfg.args()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        log.write(("$ " + " ".join(self.argv) + "\n").encode())
+        secrets = {v for k, v in {**self.cfg.server.env, **self.cfg.spec.env}.items() if SECRET_NAME.search(k)}
+        log.write(("$ " + " ".join(redact(self.argv, secrets | {self.cfg.api_key() or ""})) + "\n").encode())
         log.flush()
         self.started_at = time.monotonic()
         # Own process group: teardown signals the whole tree (engine core, TP workers).

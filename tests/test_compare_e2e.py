@@ -111,6 +111,29 @@ def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):
         "## Comparison")[1].replace(str(run), str(copy))
 
 
+def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke, tmp_path):
+    """A token in an env section and a server API key (by variable name): the candidate's server
+    requires the key, so the client, lm-eval and the agreement probe must send it (else requests
+    fail and the run fails); neither value may appear in any file of the run or the console."""
+    run, _ = smoke
+    token, key = "hf_PLANTEDtoken8472", "sk-PLANTEDkey5931"
+    env = {**os.environ, "VSE_TEST_TOKEN": token, "VSE_TEST_KEY": key}
+    r = cli(*SMALL, "--base-run", str(run), "--set", "server.api_key_env=VSE_TEST_KEY",
+            "--set", "server.env={VLLM_CPU_KVCACHE_SPACE: '2', HF_TOKEN: '${VSE_TEST_TOKEN}'}",
+            reports=tmp_path, env=env)
+    assert r.returncode in (0, 3), r.stderr[-3000:]
+    (new,) = run_dirs(tmp_path)
+    res = json.loads((new / "results.json").read_text())
+    assert next(g for g in res["gates"] if g["name"] == "candidate failed requests")["outcome"] == "pass"
+    assert (new / "candidate" / "accuracy" / "accuracy.json").is_file() and (new / "candidate" / "agreement.jsonl").is_file()
+    for f in new.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            assert token.encode() not in data and key.encode() not in data, f
+    assert token not in r.stdout + r.stderr and key not in r.stdout + r.stderr
+    assert "***redacted***" in (new / "scenario.yaml").read_text()
+
+
 def test_agreement_gate_on_fails_fp32_against_bf16(smoke, tmp_path):
     run, _ = smoke
     copy = tmp_path / run.name

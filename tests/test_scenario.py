@@ -93,3 +93,15 @@ def test_generated_model_needs_dummy(tmp_path):
                            f"model: {{generate: {{architecture: llama-3.1-8b, tokenizer: {tmp_path}}}}}")
     with pytest.raises(ScenarioError, match="model: a generated model has no weights: set load_format: dummy"):
         load_scenario(write(tmp_path, text))
+
+
+def test_secrets_are_redacted_by_name_by_flag_and_by_value():
+    from eval.scenario import REDACTED, redact
+    data = {"server": {"env": {"HF_TOKEN": "hf_abc123", "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": "pw1234"},
+                       "extra_args": ["--api-key", "sk-1", "--dtype", "bf16", "--hf-token=hf_x"], "api_key_env": "K"},
+            "note": "uses hf_abc123 inline"}
+    out = redact(data, {"hf_abc123"})
+    assert out["server"]["env"] == {"HF_TOKEN": REDACTED, "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": REDACTED}
+    assert out["server"]["extra_args"] == ["--api-key", REDACTED, "--dtype", "bf16", REDACTED]
+    assert out["server"]["api_key_env"] == "K"  # a variable's name is no secret
+    assert "hf_abc123" not in str(out)

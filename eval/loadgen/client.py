@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import aiohttp
@@ -28,6 +28,11 @@ class RequestParams:
     timeout_s: float = 3600.0
     usage_per_chunk: bool = False
     read_timeout_s: float | None = 300.0  # no byte for this long: the server is hung, not slow
+    api_key: str | None = field(default=None, repr=False)  # sent as a bearer token, never logged
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     @property
     def url(self) -> str:
@@ -126,7 +131,7 @@ async def stream_request(session: aiohttp.ClientSession, p: RequestParams, promp
     parser = SseParser()
     rec.send_ns = time.monotonic_ns()
     try:
-        async with session.post(p.url, json=build_payload(p, prompt, max_tokens),
+        async with session.post(p.url, json=build_payload(p, prompt, max_tokens), headers=p.headers,
                                 timeout=aiohttp.ClientTimeout(total=p.timeout_s, sock_read=p.read_timeout_s)) as resp:
             rec.headers_ns = time.monotonic_ns()
             rec.status = resp.status

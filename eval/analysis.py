@@ -145,13 +145,21 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
     defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
     excluded: dict[str, set[int]] = {}
     listed: list[dict] = []
-    for name, arm in arms.items():
-        flagged: dict[int, list[str]] = {}
-        for key, min_rel in HEALTH_METRICS.items():
+    flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}
+    for key, min_rel in HEALTH_METRICS.items():
+        # Each run against its arm's median, the deviations of both arms pooled: the scale of
+        # normal run-to-run noise then comes from every run (a 2-core CPU wobbles by 5%, an H200
+        # by 0.1%), not from the three or four runs of one arm.
+        resid = []
+        for name, arm in arms.items():
             vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
             med = float(np.median(vals)) if vals else float("nan")
-            for i in stats.disturbed_runs(vals, min_rel=min_rel):
-                flagged.setdefault(i, []).append(f"{defs[key].label} {vals[i]:,.2f} vs median {med:,.2f}")
+            resid += [(name, i, v, med) for i, v in enumerate(vals)]
+        for j in stats.disturbed_runs([v / med for _, _, v, med in resid], min_rel=min_rel):
+            name, i, v, med = resid[j]
+            flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")
+    for name, arm in arms.items():
+        flagged = flags[name]
         keep = set(range(len(arm.repeat_data))) - set(flagged)
         for i, why in sorted(flagged.items()):
             start = arm.repeat_data[i].start

@@ -28,7 +28,8 @@ import vllm_bench_cli  # noqa: E402  (beside this file)
 from eval import metrics, models, server_metrics  # noqa: E402
 from eval.cli import _sigterm  # noqa: E402
 from eval.errors import SuiteError  # noqa: E402
-from eval.benchmark import repeat_metrics, run_repeat  # noqa: E402
+from eval.benchmark import run_repeat  # noqa: E402
+from eval.rawdata import repeat_metrics  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
 from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
 from eval.server import ServerConfig, VllmServer  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 
 from . import accuracy, agreement, decide, gates, metrics, stats
-from .benchmark import load_repeats, repeat_metrics
+from .rawdata import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
 from .rundir import read_json
 from .scenario import Scenario

@@ -4,23 +4,17 @@ again, and write the raw records and their settings to the run directory."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from . import metrics, server_metrics
+from . import server_metrics
 from .loadgen.client import RequestParams
 from .loadgen.datasets import Prompt, load_tokenizer
-from .loadgen.records import RequestRecord, read_jsonl, write_jsonl
+from .loadgen.records import RequestRecord, write_jsonl
 from .loadgen.runner import LoadShape, run_load
-from .rundir import read_json, write_json
+from .rawdata import RepeatResult
+from .rundir import write_json
 from .scenario import WorkloadSpec
-
-
-@dataclass
-class RepeatResult:
-    records: list[RequestRecord]
-    meta: dict[str, Any]
 
 
 def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
@@ -68,20 +62,3 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
     write_jsonl(out / f"bench-{repeat}.jsonl", warm + result.records, keep_text=False)
     write_json(out / f"bench-{repeat}.meta.json", meta)
     return RepeatResult(warm + result.records, meta)
-
-
-def load_repeats(arm_dir: Path) -> list[RepeatResult]:
-    """Every finished repeat in an arm's directory (a repeat is finished once its meta exists)."""
-    out = []
-    for meta_path in sorted(arm_dir.glob("bench-*.meta.json"), key=lambda p: int(p.name.split("-")[1].split(".")[0])):
-        recs = meta_path.with_name(meta_path.name.replace(".meta.json", ".jsonl"))
-        if recs.is_file():
-            out.append(RepeatResult(read_jsonl(recs), read_json(meta_path)))
-    return out
-
-
-def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
-    m = r.meta
-    rate = m.get("request_rate")
-    return metrics.compute(r.records, w_percentiles, goodput, m.get("max_concurrency"),
-                           math.inf if rate is None else rate)

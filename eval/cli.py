@@ -8,7 +8,6 @@ preflight refused this configuration on this machine before any server started."
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import traceback
@@ -103,14 +102,18 @@ def cmd_report(args) -> int:
 def cmd_bench(args) -> int:
     """Benchmark an already-running server by URL (external mode); nothing is started."""
     from . import metrics
-    from .benchmark import repeat_metrics, run_repeat
+    from .benchmark import run_repeat
+    from .rawdata import repeat_metrics
     from .loadgen.datasets import build_prompts, save_prompts
+    from .rundir import write_json
 
     s = load_scenario(args.scenario, overrides=args.set)
     tok = args.tokenizer or s.model.tokenizer or s.model.id
     if not tok:
         raise SuiteError("bench: give --tokenizer (a directory with tokenizer.json)")
     out = Path(args.out)
+    if (out / "result.json").exists() or list(out.glob("bench-*.jsonl")):
+        raise SuiteError(f"bench: --out {out} already holds results; give another directory (nothing is overwritten)")
     w = s.workload
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
     sha = save_prompts(out / "prompts.jsonl", prompts)
@@ -121,7 +124,7 @@ def cmd_bench(args) -> int:
     # A superset of `vllm bench serve --save-result`, so vLLM's own scripts read it.
     meta = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "backend": "vllm", "model_id": args.model or
             s.model.served_name, "tokenizer_id": tok, "num_prompts": w.num_prompts, "burstiness": w.burstiness}
-    (out / "result.json").write_text(json.dumps({**meta, **m}, default=str))
+    write_json(out / "result.json", {**meta, **m})  # atomic, like every other write
     return 0 if m["failed"] == 0 else 1
 
 

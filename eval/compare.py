@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement, models, preflight
+from . import accuracy, agreement_probe, models, preflight
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
@@ -170,10 +170,10 @@ class Orchestrator:
             return
         self.status.phase("agreement", arm=arm)
         key = srv.cfg.api_key()
-        comps = agreement.collect(srv.url, self.s.model.served_name, self.s.agreement,
+        comps = agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
                                   self.run_dir / arm / "agreement.jsonl", api_key=key)
         if arm == "baseline":  # the same prompts again on the same server: the self-agreement that calibrates the gate
-            comps += agreement.collect(srv.url, self.s.model.served_name, self.s.agreement,
+            comps += agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
                                        self.run_dir / arm / "agreement-self.jsonl", api_key=key)
         errs = [c.error for c in comps if c.error]
         if errs:

@@ -300,6 +300,7 @@ class Scenario(Strict):
         return self
 
 
+MAX_ALIASES = 50
 _ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
 
@@ -350,8 +351,14 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: li
     path = Path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
+    text = path.read_text()
     try:
-        data = yaml.safe_load(path.read_text())
+        # Aliases expand without bound ("billion laughs": a 542-byte file took 22 s): a scenario
+        # needs few, so more than MAX_ALIASES is refused before anything is expanded.
+        aliases = sum(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text, Loader=yaml.SafeLoader))
+        if aliases > MAX_ALIASES:
+            raise ScenarioError(f"{path}: {aliases} YAML aliases (*name); at most {MAX_ALIASES} are allowed")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -188,23 +188,28 @@ def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
     assert vllm_ports_alive(run) == []
 
 
+def start_reusing_baseline(run: Path, reports: Path, *extra: str, ready=lambda log: log.stat().st_size > 2000):
+    """`compare` in the background, reusing `run`'s baseline; returns (process, candidate server
+    log) once that log satisfies `ready` (by default: the server is up and loading)."""
+    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
+                          "--reports", str(reports), "--base-run", str(run), *SMALL, *extra], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        logs = [lg for lg in reports.glob("*/candidate/server-*.log") if ready(lg)]
+        if logs:
+            return p, logs[0]
+        time.sleep(0.3)
+    p.kill()
+    raise AssertionError("candidate server never started")
+
+
 def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke, tmp_path):
     run, _ = smoke
-    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
-                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    log = None
-    while time.monotonic() < deadline:  # wait until the candidate's server is running
-        logs = list(tmp_path.glob("*/candidate/server-*.log"))
-        if logs and logs[0].stat().st_size > 2000:
-            log = logs[0]
-            break
-        time.sleep(0.5)
-    assert log is not None, "candidate server never started"
+    p, log = start_reusing_baseline(run, tmp_path)
     new = log.parent.parent
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=120)
     assert p.returncode == 2, err[-2000:]
     assert "interrupted" in err
     status = json.loads((new / "run.json").read_text())
@@ -219,16 +224,8 @@ def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
     """SIGKILL cannot be caught: the servers' parent-death signal and watchdog must stop them.
     SIGHUP (a closed terminal) takes the same path as Ctrl-C."""
     run, _ = smoke
-    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
-                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    new = None
-    while time.monotonic() < deadline and new is None:  # the candidate's server is up and loading
-        logs = [lg for lg in tmp_path.glob("*/candidate/server-*.log") if lg.stat().st_size > 2000]
-        new = logs[0].parent.parent if logs else None
-        time.sleep(0.5)
-    assert new is not None, "candidate server never started"
+    p, log = start_reusing_baseline(run, tmp_path)
+    new = log.parent.parent
     p.send_signal(sig)
     p.communicate(timeout=120)
     deadline = time.monotonic() + 30
@@ -243,19 +240,12 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
     """SIGSTOP the candidate's API server once it is up: every request hits the read timeout, the
     run fails with one line that says hung, the frozen server is killed, the records are kept."""
     run, _ = smoke
-    p = subprocess.Popen([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
-                          "--reports", str(tmp_path), "--base-run", str(run), *SMALL,
-                          "--set", "workload.read_timeout_s=8"], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline, pid = time.monotonic() + 300, None
-    while time.monotonic() < deadline and pid is None:
-        logs = list(tmp_path.glob("*/candidate/server-*.log"))
-        if logs and "Application startup complete" in logs[0].read_text(errors="replace"):
-            port = re.search(r"--port (\d+)", logs[0].read_text().splitlines()[0]).group(1)
-            pid = next((int(q) for q in os.listdir("/proc") if q.isdigit() and f"--port {port}" in _cmdline(q)
-                        and "api_server" in _cmdline(q)), None)
-        time.sleep(0.2)
-    assert pid is not None, "candidate server never came up"
+    p, log = start_reusing_baseline(run, tmp_path, "--set", "workload.read_timeout_s=8",
+                                    ready=lambda lg: "Application startup complete" in lg.read_text(errors="replace"))
+    port = re.search(r"--port (\d+)", log.read_text().splitlines()[0]).group(1)
+    pid = next((int(q) for q in os.listdir("/proc") if q.isdigit() and f"--port {port}" in _cmdline(q)
+                and "api_server" in _cmdline(q)), None)
+    assert pid is not None, "no API server process for the candidate's port"
     os.kill(pid, signal.SIGSTOP)
     t = time.monotonic()
     _, err = p.communicate(timeout=240)
@@ -263,7 +253,7 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], err[-2000:]
     assert time.monotonic() - t < 120
-    new = logs[0].parent.parent
+    new = log.parent.parent
     assert json.loads((new / "run.json").read_text())["status"] == "failed"
     assert list((new / "candidate").glob("bench-0.jsonl"))  # what it measured (the timeouts) is kept
     assert vllm_ports_alive(new) == []

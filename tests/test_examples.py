@@ -78,3 +78,14 @@ def test_vs_vllm_bench_table_rebuilds_from_its_json(data, table):
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout == (d / table).read_text()
+
+
+def test_reports_build_without_the_load_generator(tmp_path):
+    """Reports are rebuilt from raw records alone: no aiohttp (the load generator's) needed."""
+    run = unpack(ROOT / "reports" / "examples" / "cpu-smoke-aa", tmp_path)
+    code = ("import sys; sys.modules['aiohttp'] = None; sys.modules['uvloop'] = None\n"
+            "from eval import report; a = report.build(__import__('pathlib').Path(sys.argv[1]))\n"
+            "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]; print(a.exit_code)")
+    r = subprocess.run([sys.executable, "-c", code, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (run / "summary.md").is_file() and (run / "report.html").is_file()

@@ -90,7 +90,6 @@ def test_reference_gate_on_a_subset_says_so_and_can_be_inconclusive():
 
 
 def row(key, change, se=0.005, higher=False, n=3):
-    import math
     from eval.stats import Design
     return MetricComparison(key, key, higher, 1.0, 1.0 + change, change, change - 0.01, change + 0.01,
                             Verdict.NO_CHANGE, Design.STARTS, se, 2 * n - 2, n, n, se * se * n / 2, se * se * n / 2)

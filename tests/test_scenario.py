@@ -105,3 +105,15 @@ def test_secrets_are_redacted_by_name_by_flag_and_by_value():
     assert out["server"]["extra_args"] == ["--api-key", REDACTED, "--dtype", "bf16", REDACTED]
     assert out["server"]["api_key_env"] == "K"  # a variable's name is no secret
     assert "hf_abc123" not in str(out)
+
+
+def test_alias_bombs_are_refused_quickly(tmp_path):
+    import time
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    path = tmp_path / "bomb.yaml"
+    path.write_text(bomb)
+    t = time.monotonic()
+    with pytest.raises(ScenarioError, match="YAML aliases"):
+        load_scenario(path)
+    assert time.monotonic() - t < 2

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import GSM8K, MODEL, VLLM_PY, needs_server
 
-from eval import accuracy, agreement, cli, gates, server_metrics
+from eval import accuracy, agreement, agreement_probe, cli, gates, server_metrics
 from eval.decide import Outcome
 from eval.backends import Backend
 from eval.benchmark import run_repeat
@@ -91,8 +91,8 @@ def test_lm_eval_against_a_dead_server_ends_with_a_clear_error(tmp_path):
 
 def test_agreement_of_a_server_with_itself_is_total_and_passes_the_gate(live, tmp_path):
     spec = AgreementSpec(num_prompts=4, max_tokens=12)
-    a = agreement.collect(live.url, "smollm2", spec, tmp_path / "a.jsonl")
-    b = agreement.collect(live.url, "smollm2", spec, tmp_path / "b.jsonl")
+    a = agreement_probe.collect(live.url, "smollm2", spec, tmp_path / "a.jsonl")
+    b = agreement_probe.collect(live.url, "smollm2", spec, tmp_path / "b.jsonl")
     cmp = agreement.compare(a, b)
     assert cmp["exact_match_rate"] == 1.0 and cmp["abs_logprob_diff"]["max"] < 1e-3
     assert a[0].text.startswith(" Paris")  # the real model, answering "The capital of France is"

@@ -219,20 +219,27 @@ def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke
     assert vllm_ports_alive(new) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, "SIGINT twice"])
 def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
     """SIGKILL cannot be caught: the servers' parent-death signal and watchdog must stop them.
-    SIGHUP (a closed terminal) takes the same path as Ctrl-C."""
+    SIGHUP (a closed terminal) takes the same path as Ctrl-C; a second Ctrl-C while the first is
+    still stopping the server must not lose it."""
     run, _ = smoke
     p, log = start_reusing_baseline(run, tmp_path)
     new = log.parent.parent
-    p.send_signal(sig)
+    if sig == "SIGINT twice":
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.0)  # the suite is now inside the server's stop (SIGTERM, waiting for the group)
+        p.send_signal(signal.SIGINT)
+        sig = signal.SIGINT
+    else:
+        p.send_signal(sig)
     p.communicate(timeout=120)
     deadline = time.monotonic() + 30
     while vllm_ports_alive(new) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert vllm_ports_alive(new) == []
-    if sig == signal.SIGHUP:
+    if sig != signal.SIGKILL:
         assert p.returncode == 2 and json.loads((new / "run.json").read_text())["status"] == "interrupted"
 
 

@@ -11,7 +11,6 @@ import argparse
 import signal
 import sys
 import traceback
-from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -121,10 +120,10 @@ def cmd_bench(args) -> int:
                      tokenizer_path=tok, prompts_sha=sha, warmup=prompts[w.num_prompts:])
     m = repeat_metrics(res, w.percentiles, w.goodput)
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
-    # A superset of `vllm bench serve --save-result`, so vLLM's own scripts read it.
-    meta = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "backend": "vllm", "model_id": args.model or
-            s.model.served_name, "tokenizer_id": tok, "num_prompts": w.num_prompts, "burstiness": w.burstiness}
-    write_json(out / "result.json", {**meta, **m})  # atomic, like every other write
+    # A superset of `vllm bench serve --save-result --save-detailed`, so vLLM's own scripts read it.
+    write_json(out / "result.json", metrics.vllm_result_json(
+        m, label=None, model_id=args.model or s.model.served_name, tokenizer_id=tok, num_prompts=w.num_prompts,
+        endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=True))
     return 0 if m["failed"] == 0 else 1
 
 

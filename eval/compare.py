@@ -21,7 +21,8 @@ from .errors import SuiteError
 from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
-from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump, redact, secret_values
+from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
+from .secrets import redact, secret_values
 from .server import ServerConfig, VllmServer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,26 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res
+
+
+def vllm_result_json(m: dict[str, Any], *, label: str | None, model_id: str, tokenizer_id: str, num_prompts: int,
+                     endpoint: str, burstiness: float, detailed: bool, date: str | None = None) -> dict[str, Any]:
+    """`vllm bench serve --save-result` (with `--save-detailed`: the per-request arrays) as vLLM
+    writes it, plus the suite's own keys: a superset, so vLLM's scripts read either."""
+    rate = m.get("request_rate")
+    backend = "openai-chat" if endpoint == "chat" else "openai"
+    out: dict[str, Any] = {
+        "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": backend, "backend": backend,
+        "label": label, "model_id": model_id, "tokenizer_id": tokenizer_id, "num_prompts": num_prompts,
+        "request_rate": "inf" if rate is None or math.isinf(rate) else rate, "burstiness": burstiness,
+        **{k: v for k, v in m.items() if k != "request_rate"},
+        # Generated text is not kept (see benchmark.py); vLLM's key is there, with empty strings.
+        "generated_texts": [""] * len(m.get("ttfts", [])), "rtfx": 0.0,
+    }
+    if not detailed:
+        for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+            out.pop(k, None)
+    return out
 
 
 def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = False) -> str:

@@ -4,6 +4,7 @@ early death, teardown, the load generator end to end, lm-eval and the agreement 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import socket
 import time
 
@@ -157,3 +158,34 @@ def test_external_mode_benchmarks_a_running_server(live, tmp_path):
     vllm_keys = {"completed", "failed", "duration", "output_throughput", "median_ttft_ms", "p99_tpot_ms", "itls",
                  "ttfts", "input_lens", "output_lens", "errors", "model_id", "num_prompts"}
     assert vllm_keys <= set(res) and res["completed"] == 4 and len(res["itls"]) == 4
+
+
+def test_results_are_a_superset_of_vllm_bench_serve_save_result(live, tmp_path):
+    """vLLM's own `vllm bench serve --save-result --save-detailed` against the same server: every
+    key it writes is in the suite's `bench --out` result with the same JSON type."""
+    import subprocess
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import vllm_bench_cli
+    argv = vllm_bench_cli.argv(str(VLLM_PY), "--backend", "openai", "--base-url", live.url, "--model", "smollm2",
+                               "--tokenizer", str(MODEL), "--dataset-name", "random", "--random-input-len", "32",
+                               "--random-output-len", "8", "--num-prompts", "4", "--max-concurrency", "2",
+                               "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", str(tmp_path / "v"),
+                               "--result-filename", "v.json")
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    theirs = json.loads((tmp_path / "v" / "v.json").read_text())
+    assert cli.main(["bench", "--url", live.url, "--model", "smollm2", "--tokenizer", str(MODEL),
+                     "--scenario", "scenarios/cpu-smoke.yaml", "--set", "workload.num_prompts=4",
+                     "--set", "workload.max_concurrency=2", "--set", "workload.warmup_requests=0",
+                     "--out", str(tmp_path / "s")]) == 0
+    ours = json.loads((tmp_path / "s" / "result.json").read_text())
+
+    def kind(v):
+        return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+    missing = sorted(set(theirs) - set(ours))
+    assert not missing, missing
+    differ = {k: (kind(theirs[k]), kind(ours[k])) for k in theirs
+              if theirs[k] is not None and ours[k] is not None and kind(theirs[k]) != kind(ours[k])}
+    assert not differ, differ
+    assert ours["request_rate"] == theirs["request_rate"] == "inf"

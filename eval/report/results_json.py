@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from .. import __version__
+from .. import metrics
 from ..analysis import Analysis
 from ..scenario import dump
 
@@ -31,8 +32,12 @@ def render(a: Analysis) -> dict[str, Any]:
     arms = {}
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
-        vllm_results = [{"backend": "vllm", "model_id": a.scenario.model.served_name, "num_prompts":
-                         a.scenario.workload.num_prompts, **m} for m in arm.repeats]
+        w = a.scenario.workload
+        vllm_results = [metrics.vllm_result_json(m, label=arm.label, model_id=a.scenario.model.served_name,
+                                                 tokenizer_id=a.run.get("model", ""), num_prompts=w.num_prompts,
+                                                 endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=False,
+                                                 date=str(a.run.get("started", "")))
+                        for m in arm.repeats]
         arms[name] = {
             "label": arm.label, "backend": arm.backend, "servers": arm.servers,
             "selected_kernels": arm.kernels, "vllm_results": vllm_results,

@@ -60,19 +60,26 @@ def summarize(values: list[float], percentiles: list[float]) -> dict[str, float]
 
 
 def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
-    """Peak output tokens in any one-second bucket and peak concurrent requests, vLLM's way."""
+    """Peak output tokens in any one-second bucket (vLLM's way: buckets from the first send) and
+    the exact peak of concurrent requests. vLLM counts a request in every one-second bucket it
+    touches, which reads up to twice the concurrency limit (16 at a limit of 8); here a sweep over
+    sends and last tokens gives the true maximum. Output tokens are counted per chunk's tokens:
+    one per chunk unless usage per chunk is on, as vLLM counts one per chunk."""
     if not ok:
         return 0.0, 0
     t0 = min(r.send_ns for r in ok)
     t1 = max(r.end_ns for r in ok)
-    n = int(math.ceil((t1 - t0) / 1e9)) + 1
-    tokens = np.zeros(n)
-    conc = np.zeros(n)
+    tokens = np.zeros(int(math.ceil((t1 - t0) / 1e9)) + 1)
     for r in ok:
         for t, k in zip(r.chunk_ns, r.chunk_tokens):
             tokens[int((t - t0) / 1e9)] += k
-        conc[int((r.send_ns - t0) / 1e9): int((r.end_ns - t0) / 1e9) + 1] += 1
-    return float(tokens.max()), int(conc.max())
+    events = sorted([(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
+                    key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    live = peak = 0
+    for _, d in events:
+        live += d
+        peak = max(peak, live)
+    return float(tokens.max()), peak
 
 
 def good_count(records: list[RequestRecord], goodput: Goodput | None) -> int | None:
@@ -99,7 +106,10 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
         duration = max((end - start) / 1e9, 1e-9)
     else:
         duration = 1e-9
-    total_in = sum(r.prompt_len for r in ok)
+    # The server's count where it gave one (usage.prompt_tokens, chat template included), as
+    # vLLM's bench does; the client tokenizer's otherwise.
+    in_lens = [r.usage_prompt_tokens if r.usage_prompt_tokens is not None else r.prompt_len for r in rs]
+    total_in = sum(n for n, r in zip(in_lens, rs) if r.success)
     total_out = sum(r.output_tokens for r in ok)
     peak_tps, peak_conc = _peaks(ok)
     chunks = sum(len(r.chunk_ns) for r in ok)
@@ -114,7 +124,7 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
         "total_token_throughput": (total_in + total_out) / duration,
         "max_output_tokens_per_s": peak_tps, "max_concurrent_requests": peak_conc,
         "chunks_per_token": (chunks / total_out) if total_out else None,
-        "input_lens": [r.prompt_len for r in rs],
+        "input_lens": in_lens,
         "output_lens": [r.output_tokens if r.success else 0 for r in rs],
         "ttfts": [r.ttft_s if r.success else 0.0 for r in rs],
         "itls": [r.itls_s if r.success else [] for r in rs],

@@ -63,3 +63,25 @@ def test_vllm_block_layout():
 def test_no_successful_requests_is_not_a_crash():
     m = metrics.compute([rec(0, 0, [50], ok=False)], [99])
     assert m["completed"] == 0 and m["failed"] == 1 and not math.isnan(m["mean_ttft_ms"])
+
+
+def test_peak_concurrency_is_exact_and_input_tokens_come_from_usage():
+    from eval.loadgen.records import RequestRecord
+    from eval.metrics import compute
+    s = 1_000_000_000
+    recs = []
+    for i in range(16):  # a limit of 8: two back-to-back waves of 8, each 0.6 s long, across a second boundary
+        start = (i // 8) * int(0.6 * s) + int(0.5 * s)
+        recs.append(RequestRecord(index=i, phase="measure", prompt_len=10, expected_output_len=2, scheduled_ns=0,
+                                  send_ns=start, chunk_ns=[start + int(0.3 * s), start + int(0.6 * s)],
+                                  chunk_tokens=[1, 1], end_ns=start + int(0.6 * s), output_tokens=2,
+                                  usage_prompt_tokens=12, success=True))
+    m = compute(recs, [99], max_concurrency=8)
+    assert m["max_concurrent_requests"] == 8  # per-second buckets would say 16
+    assert m["total_input_tokens"] == 16 * 12 and set(m["input_lens"]) == {12}
+
+
+def test_client_processes_share_the_whole_concurrency():
+    from eval.loadgen.runner import share
+    assert [share(10, 3, i) for i in range(3)] == [4, 3, 3]
+    assert sum(share(128, 5, i) for i in range(5)) == 128 and share(2, 4, 3) == 1

@@ -157,6 +157,12 @@ def _worker_main(args) -> LoadResult:
     return _run(run_load_async(params, prompts, shape, phase=phase, count_tokens=count, worker=worker, t0_ns=t0_ns))
 
 
+def share(total: int, n: int, i: int) -> int:
+    """Worker i's part of a concurrency limit: the parts add up to the limit (10 over 3 workers
+    is 4, 3, 3; a floor division would run 9 while the scenario says 10)."""
+    return max(1, total // n + (1 if i < total % n else 0))
+
+
 def run_load(params: RequestParams, prompts: list[Prompt], shape: LoadShape, *, phase: str = "measure",
              processes: int = 1, tokenizer_path: str | None = None, count_tokens=None,
              on_done: Callable[[RequestRecord], None] | None = None) -> LoadResult:
@@ -166,10 +172,10 @@ def run_load(params: RequestParams, prompts: list[Prompt], shape: LoadShape, *, 
     if processes <= 1 or len(prompts) < processes:
         return _run(run_load_async(params, prompts, shape, phase=phase, count_tokens=count_tokens, on_done=on_done))
     n = processes
-    conc = max(1, (shape.max_concurrency or len(prompts)) // n)
     rate = shape.request_rate / n
     t0 = time.monotonic_ns() + int(3e9)  # time for the workers to start
-    jobs = [(params, prompts[i::n], replace(shape, max_concurrency=conc, request_rate=rate, seed=shape.seed + i),
+    jobs = [(params, prompts[i::n], replace(shape, max_concurrency=share(shape.max_concurrency or len(prompts), n, i),
+                                            request_rate=rate, seed=shape.seed + i),
              phase, i, t0, tokenizer_path) for i in range(n)]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:

@@ -96,3 +96,20 @@ def test_root_cause_skips_warnings_and_names_a_killing_signal():
     assert root_cause(log + "ValueError: bad flag\n") == "ValueError: bad flag"
     assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
     assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
+
+
+def test_an_unsupported_configuration_exits_4_before_any_server(tmp_path, capsys):
+    """FlashInfer's per-tensor FP8 GEMM where no such GPU is: not a crash (2), not a regression (1)."""
+    code = cli.main(["compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", "--backend", "flashinfer",
+                     "--reports", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 4 and "flashinfer" in err and "no NVIDIA GPU is visible" in err, err
+    (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
+    assert "start server" not in [p["phase"] for p in json.loads((run / "run.json").read_text())["phases"]]
+
+
+def test_bench_never_overwrites_earlier_results(tmp_path, capsys):
+    (tmp_path / "result.json").write_text("{}")
+    code = cli.main(["bench", "--url", "http://127.0.0.1:9", "--tokenizer", "x", "--out", str(tmp_path)])
+    assert code == 2 and "already holds results" in capsys.readouterr().err
+    assert (tmp_path / "result.json").read_text() == "{}"

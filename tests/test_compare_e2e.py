@@ -134,6 +134,21 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
     assert "***redacted***" in (new / "scenario.yaml").read_text()
 
 
+def test_a_candidate_whose_requests_fail_fails_its_gate(smoke, tmp_path):
+    """The candidate's server demands an API key the client does not send: every request fails
+    (HTTP 401). Latency statistics of the survivors would look fine; the failed-request gate must
+    fail the run and name the error."""
+    run, _ = smoke
+    r = cli(*SMALL, "--base-run", str(run), "--set", "accuracy.enabled=false", "--set", "agreement.enabled=false",
+            "--set", "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}", reports=tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    (new,) = run_dirs(tmp_path)
+    gate = next(g for g in json.loads((new / "results.json").read_text())["gates"]
+                if g["name"] == "candidate failed requests")
+    assert gate["outcome"] == "fail" and "first HTTP 401" in gate["detail"], gate
+    assert vllm_ports_alive(new) == []
+
+
 def test_agreement_gate_on_fails_fp32_against_bf16(smoke, tmp_path):
     run, _ = smoke
     copy = tmp_path / run.name
@@ -219,7 +234,7 @@ def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke
     assert vllm_ports_alive(new) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, "SIGINT twice"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP, signal.SIGTERM, "SIGINT twice"])
 def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
     """SIGKILL cannot be caught: the servers' parent-death signal and watchdog must stop them.
     SIGHUP (a closed terminal) takes the same path as Ctrl-C; a second Ctrl-C while the first is

@@ -128,6 +128,23 @@ def test_early_death_reports_the_root_cause(tmp_path):
         srv.stop()
 
 
+def test_a_server_killed_while_starting_names_the_signal(tmp_path):
+    """Not vLLM's startup warning about open files (seen as the 'root cause' before): the signal."""
+    import os
+    import signal
+    srv = VllmServer(config(), tmp_path / "k.log").start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(srv.log_text().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        with pytest.raises(ServerError, match="killed by SIGKILL \\(out of memory, or killed from outside"):
+            srv.wait_healthy(120)
+    finally:
+        srv.stop()
+    assert group_members(srv.proc.pid) == []
+
+
 def test_port_in_use_is_refused(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

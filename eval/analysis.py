@@ -154,7 +154,8 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
         for name, arm in arms.items():
             vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
             med = float(np.median(vals)) if vals else float("nan")
-            resid += [(name, i, v, med) for i, v in enumerate(vals)]
+            if np.isfinite(med) and med > 0:  # an arm whose every request failed has nothing to compare
+                resid += [(name, i, v, med) for i, v in enumerate(vals)]
         for j in stats.disturbed_runs([v / med for _, _, v, med in resid], min_rel=min_rel):
             name, i, v, med = resid[j]
             flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")

@@ -52,7 +52,7 @@ def cmd_compare(args) -> int:
     try:
         run_compare(s, run_dir, opts)
     except (Exception, KeyboardInterrupt) as e:
-        server.stop_all()
+        server.stop_all(keep=getattr(args, "keep_servers", set()))
         if isinstance(e, KeyboardInterrupt):
             msg = "interrupted; servers stopped"
         elif isinstance(e, SuiteError):
@@ -185,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    before = args.keep_servers = server.live_servers()
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
     try:
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}", highlight=False)
         return EXIT_RUN_FAILED
     finally:
-        server.stop_all()
+        server.stop_all(keep=before)
 
 
 if __name__ == "__main__":

@@ -332,7 +332,13 @@ class VllmServer:
     __hash__ = object.__hash__
 
 
-def stop_all() -> None:
-    for s in list(_LIVE):
+def live_servers() -> set["VllmServer"]:
+    return set(_LIVE)
+
+
+def stop_all(keep: set["VllmServer"] = frozenset()) -> None:
+    """Stop every server this process started, except `keep` (servers that were running before a
+    command began, when the CLI is called in-process, as tests do)."""
+    for s in list(_LIVE - set(keep)):
         s.stop(grace_s=10.0)
 

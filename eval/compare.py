@@ -114,7 +114,8 @@ class Orchestrator:
     def _record_server(self, arm: str, n: int, srv: VllmServer, ready: float, kernel: str | None) -> None:
         path = self.run_dir / arm / "servers.json"
         servers = read_json(path) if path.is_file() else []
-        servers.append({"server": n, "argv": redact(srv.argv, secret_values(self.s)), "port": srv.port, "ready_s": round(ready, 1),
+        servers.append({"server": n, "argv": redact(srv.argv, secret_values(self.s)), "port": srv.port,
+                        "ready_s": round(ready, 1),
                         "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
                         "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
@@ -171,11 +172,11 @@ class Orchestrator:
             return
         self.status.phase("agreement", arm=arm)
         key = srv.cfg.api_key()
-        comps = agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
-                                  self.run_dir / arm / "agreement.jsonl", api_key=key)
-        if arm == "baseline":  # the same prompts again on the same server: the self-agreement that calibrates the gate
-            comps += agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
-                                       self.run_dir / arm / "agreement-self.jsonl", api_key=key)
+        # The baseline is probed twice: the same prompts again on the same server are the
+        # self-agreement that calibrates the gate.
+        files = ["agreement.jsonl"] + (["agreement-self.jsonl"] if arm == "baseline" else [])
+        comps = [c for f in files for c in agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
+                                                                   self.run_dir / arm / f, api_key=key)]
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
@@ -226,8 +227,7 @@ class Orchestrator:
     def decided(self) -> bool:
         """A look at the data so far (from the raw records on disk): is every gated metric decided?"""
         a = analyze(self.run_dir)
-        perf = {g.metric for g in self.s.gates.performance}
-        open_ = [g.name for g in a.gates if g.name.split(" ", 1)[0] in perf and g.outcome == Outcome.INCONCLUSIVE]
+        open_ = [g.name for g in a.gates if g.metric is not None and g.outcome == Outcome.INCONCLUSIVE]
         self.status.data.setdefault("looks", []).append({"look": a.look, "of": a.looks, "alpha": a.gate_alpha,
                                                          "undecided": open_, "at": self.status.data["phases"][-1]["at"]})
         self.status.save()

@@ -24,6 +24,7 @@ class GateResult:
     outcome: Outcome
     detail: str
     more_starts: int | None = None
+    metric: str | None = None  # the comparison metric a performance gate decides
 
 
 def _expected_samples(spec: AccuracySpec, task: str, original: int) -> int:
@@ -167,17 +168,21 @@ def error_kinds(errors: list[str]) -> dict[str, str]:
 
 def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) -> list[GateResult]:
     """Non-inferiority per gated metric with Holm across them; alpha is this look's."""
-    if not rows:
-        return [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.INCONCLUSIVE,
-                           "no comparison: it needs benchmark data from both arms") for g in gates.performance]
     by_key = {r.key: r for r in rows}
-    unknown = [g for g in gates.performance if g.metric not in by_key]
-    out = [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.FAIL,
-                      f"unknown metric {g.metric}; known: {', '.join(by_key)}") for g in unknown]
-    inputs = [GateInput(f"{g.metric} not worse by > {g.max_worse_pct}%", by_key[g.metric].est,
-                        by_key[g.metric].higher_is_better, g.max_worse_pct / 100)
-              for g in gates.performance if g.metric in by_key and math.isfinite(by_key[g.metric].rel_change)]
-    out += [GateResult(f"{g.metric} not worse by > {g.max_worse_pct}%", Outcome.INCONCLUSIVE, "no data for this metric")
-            for g in gates.performance if g.metric in by_key and not math.isfinite(by_key[g.metric].rel_change)]
-    out += [GateResult(d.name, d.outcome, d.detail, d.more_starts) for d in decide(inputs, alpha)]
-    return out
+    out, inputs = [], []
+    for g in gates.performance:
+        name = f"{g.metric} not worse by > {g.max_worse_pct}%"
+        r = by_key.get(g.metric)
+        if not rows:
+            out.append(GateResult(name, Outcome.INCONCLUSIVE, "no comparison: it needs benchmark data from both arms",
+                                  metric=g.metric))
+        elif r is None:
+            out.append(GateResult(name, Outcome.FAIL, f"unknown metric {g.metric}; known: {', '.join(by_key)}",
+                                  metric=g.metric))
+        elif not math.isfinite(r.rel_change):
+            out.append(GateResult(name, Outcome.INCONCLUSIVE, "no data for this metric", metric=g.metric))
+        else:
+            inputs.append((g.metric, GateInput(name, r.est, r.higher_is_better, g.max_worse_pct / 100)))
+    decided = decide([gi for _, gi in inputs], alpha)  # Holm needs every decidable gate at once
+    return out + [GateResult(d.name, d.outcome, d.detail, d.more_starts, metric)
+                  for (metric, _), d in zip(inputs, decided)]

@@ -67,13 +67,12 @@ def check_log_level(scenario: Scenario, environ: dict[str, str] | None = None) -
     env = dict(os.environ if environ is None else environ)
     if not any(backends.spec(getattr(scenario.arms, a).backend).kernel_class for a in ("baseline", "candidate")):
         return
-    for where, arm_env in (("server.env", scenario.server.env), ("arms.baseline.env", scenario.arms.baseline.env),
+    for where, arm_env in (("arms.baseline.env", scenario.arms.baseline.env),
                            ("arms.candidate.env", scenario.arms.candidate.env)):
         level = {**env, **scenario.server.env, **arm_env}.get("VLLM_LOGGING_LEVEL", "INFO").upper()
         if level in _QUIET:
-            src = where if "VLLM_LOGGING_LEVEL" in arm_env or (where == "server.env" and
-                                                                "VLLM_LOGGING_LEVEL" in scenario.server.env) \
-                else "the environment"
+            src = (where if "VLLM_LOGGING_LEVEL" in arm_env else
+                   "server.env" if "VLLM_LOGGING_LEVEL" in scenario.server.env else "the environment")
             raise PreflightError(f"VLLM_LOGGING_LEVEL={level} (from {src}) hides vLLM's INFO line that names the "
                                  "selected FP8 kernel, so the kernel check could not run; use INFO or DEBUG")
 

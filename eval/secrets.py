@@ -36,10 +36,14 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
     return obj
 
 
-def secret_values(s: Scenario) -> set[str]:
-    """Values the scenario holds (after ${VAR} expansion) that must never be written."""
-    envs = [s.server.env, s.arms.baseline.env, s.arms.candidate.env]
+def env_secrets(*envs: dict[str, str], api_key_env: str | None = None) -> set[str]:
+    """Values of secret-looking names in these env sections (after ${VAR} expansion), and the API
+    key the named variable holds: what must never be written."""
     vals = {v for e in envs for k, v in e.items() if SECRET_NAME.search(k)}
-    if s.server.api_key_env and os.environ.get(s.server.api_key_env):
-        vals.add(os.environ[s.server.api_key_env])
+    if api_key_env and os.environ.get(api_key_env):
+        vals.add(os.environ[api_key_env])
     return vals
+
+
+def secret_values(s: Scenario) -> set[str]:
+    return env_secrets(s.server.env, s.arms.baseline.env, s.arms.candidate.env, api_key_env=s.server.api_key_env)

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import backends
 from .errors import KernelMismatchError, PreflightError, ServerError
 from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
-from .secrets import SECRET_NAME, redact
+from .secrets import env_secrets, redact
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -231,8 +231,8 @@ class VllmServer:
         self.argv = launcher(self.cfg.install()) + [self.cfg.model, "--host", self.host, "--port", str(self.port)] + self.cfg.args()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        secrets = {v for k, v in {**self.cfg.server.env, **self.cfg.spec.env}.items() if SECRET_NAME.search(k)}
-        log.write(("$ " + " ".join(redact(self.argv, secrets | {self.cfg.api_key() or ""})) + "\n").encode())
+        secrets = env_secrets(self.cfg.server.env, self.cfg.spec.env, api_key_env=self.cfg.server.api_key_env)
+        log.write(("$ " + " ".join(redact(self.argv, secrets)) + "\n").encode())
         log.flush()
         self.started_at = time.monotonic()
         # Own process group: teardown signals the whole tree (engine core, TP workers).
@@ -249,8 +249,11 @@ class VllmServer:
         except FileNotFoundError:
             return ""
 
+    def _cause(self) -> str:
+        return death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
+
     def _died(self) -> ServerError:
-        cause = death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
+        cause = self._cause()
         return ServerError(f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
                            f"{cause} (log: {self.log_path})")
 
@@ -273,8 +276,8 @@ class VllmServer:
 
     def assert_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            cause = death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
-            raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {cause} (log: {self.log_path})")
+            raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} "
+                              f"(log: {self.log_path})")
 
     def selected_kernel(self) -> str | None:
         return backends.describe_selected(backends.selected_kernels(self.log_text()))

@@ -170,12 +170,16 @@ class Estimate:
         return math.expm1(self.diff - t * self.se), math.expm1(self.diff + t * self.se)
 
 
+def _kept_logs(runs: Sequence[RunValue]) -> list[tuple[int, float]]:
+    """(start, log value) of the runs that count: not excluded, finite and positive."""
+    return [(r.start, math.log(r.value)) for r in runs if not r.excluded and math.isfinite(r.value) and r.value > 0]
+
+
 def start_means(runs: Sequence[RunValue]) -> list[float]:
     """Per server start, the mean log value of its kept runs (a start's runs are one unit)."""
     by: dict[int, list[float]] = {}
-    for r in runs:
-        if not r.excluded and math.isfinite(r.value) and r.value > 0:
-            by.setdefault(r.start, []).append(math.log(r.value))
+    for start, v in _kept_logs(runs):
+        by.setdefault(start, []).append(v)
     return [float(np.mean(v)) for _, v in sorted(by.items())]
 
 
@@ -191,20 +195,16 @@ def welch(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float
 
 
 def estimate(base: Sequence[RunValue], cand: Sequence[RunValue]) -> Estimate:
+    """Welch across server-start means; across runs (a quick look) with one start per arm; no
+    interval with fewer than two runs per arm."""
     mb, mc = start_means(base), start_means(cand)
-    if len(mb) >= 2 and len(mc) >= 2:
-        return Estimate(*_welch_fields(mb, mc), Design.STARTS, len(mb), len(mc), *welch(mb, mc)[3:])
-    lb = [math.log(r.value) for r in base if not r.excluded and math.isfinite(r.value) and r.value > 0]
-    lc = [math.log(r.value) for r in cand if not r.excluded and math.isfinite(r.value) and r.value > 0]
-    if len(lb) >= 2 and len(lc) >= 2:
-        return Estimate(*_welch_fields(lb, lc), Design.QUICK_LOOK, len(lb), len(lc), *welch(lb, lc)[3:])
+    lb, lc = [v for _, v in _kept_logs(base)], [v for _, v in _kept_logs(cand)]
+    for xb, xc, design in ((mb, mc, Design.STARTS), (lb, lc, Design.QUICK_LOOK)):
+        if len(xb) >= 2 and len(xc) >= 2:
+            diff, se, df, vb, vc = welch(xb, xc)
+            return Estimate(diff, se, df, design, len(xb), len(xc), vb, vc)
     diff = float(np.mean(lc) - np.mean(lb)) if lb and lc else float("nan")
     return Estimate(diff, float("nan"), float("nan"), Design.NONE, len(lb), len(lc), float("nan"), float("nan"))
-
-
-def _welch_fields(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float]:
-    diff, se, df, _, _ = welch(lb, lc)
-    return diff, se, df
 
 
 @dataclass

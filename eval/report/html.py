@@ -198,8 +198,7 @@ def render(a: Analysis) -> str:
     return env.get_template("report.html.j2").render(
         a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
         fmt_pct=fmt_pct, num=markdown.num, gates=a.gates, roles=markdown.gated_roles(a),
-        design=markdown.design_text(a, sum(d.n for d in arms[0].repeat_data), sum(d.n for d in arms[1].repeat_data))
-        if a.comparison else "")
+        design=markdown.design_text(a) if a.comparison else "")
 
 
 def _inline_md(text: str) -> str:

@@ -58,16 +58,17 @@ def comparison_table(rows: list[MetricComparison], base_label: str, cand_label: 
 
 
 def gated_roles(a: Analysis) -> dict[str, str]:
-    """metric key -> 'gated: PASS' etc., from the performance gates' names."""
+    """metric key -> 'gated: PASS' etc., from the performance gates' results."""
     out = {}
     for g in a.scenario.gates.performance:
-        res = next((r for r in a.gates if r.name.startswith(f"{g.metric} not worse")), None)
+        res = next((r for r in a.gates if r.metric == g.metric), None)
         out[g.metric] = f"gated (margin {g.max_worse_pct:g}%): {res.outcome.value.upper() if res else '?'}"
     return out
 
 
-def design_text(a: Analysis, nb: int, nc: int) -> str:
+def design_text(a: Analysis) -> str:
     b, c = a.arms["baseline"], a.arms["candidate"]
+    nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
     sb, sc = len({d.start for d in b.repeat_data}), len({d.start for d in c.repeat_data})
     return (f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
             f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
@@ -110,11 +111,9 @@ def render(a: Analysis) -> str:
             if arm and arm.accuracy:
                 L += [f"### {_arm_title(arm, role)}", "", arm.accuracy.table.strip(), ""]
     if a.comparison:
-        nb = sum(d.n for d in b.repeat_data)
-        nc = sum(d.n for d in c.repeat_data)
         L += ["## Comparison", "",
               comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)), "",
-              design_text(a, nb, nc), ""]
+              design_text(a), ""]
     if a.disturbed:
         L += ["## Disturbed runs", "", "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
               "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "

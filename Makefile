@@ -27,7 +27,7 @@ RESUME ?=
 BUDGET ?=
 MAX_STARTS ?=
 
-.PHONY: compare report test setup setup-gpu-carry check clean-venv
+.PHONY: compare report gemm-bench test setup setup-gpu-carry check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: creating the suite's environment in $(VENV)"
@@ -45,6 +45,11 @@ compare: $(SUITE_ENV)
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }
 	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN))
+
+# FP8 GEMM timings on the scenario model's own shapes, per backend, on this machine's GPU.
+GEMM_OUT ?= reports/gemm
+gemm-bench: $(SUITE_ENV)
+	$(PY) -m eval.cli gemm-bench --scenario $(SCENARIO) --out $(GEMM_OUT) $(foreach s,$(SET),--set $(s))
 
 setup: $(SUITE_ENV)
 	$(PY) -m eval.cli setup

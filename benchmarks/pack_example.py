@@ -14,11 +14,27 @@ import argparse
 import io
 import json
 import shutil
+import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
-KEEP = ("summary.md", "results.json", "report.html", "scenario.yaml", "run.json", "environment.json")
+REPORTS = ("summary.md", "results.json", "report.html")
+KEEP = (*REPORTS, "scenario.yaml", "run.json", "environment.json")
+
+
+US = 1000  # ns
+
+
+def _to_us(rec: dict) -> dict:
+    """Timestamps rounded to the microsecond: the client's own timing error is 0.1-0.6 ms
+    (README), and the low digits of nanosecond stamps are most of what xz cannot compress
+    (a 384-prompt H200 run: about half the size). The committed reports are rebuilt from this."""
+    for k, v in rec.items():
+        if k.endswith("_ns"):
+            rec[k] = [round(x / US) * US for x in v] if isinstance(v, list) else (round(v / US) * US if v else v)
+    return rec
 
 
 def raw_members(run: Path, arms: list[str]):
@@ -26,11 +42,36 @@ def raw_members(run: Path, arms: list[str]):
         d = run / arm
         for f in sorted(d.glob("bench-*.jsonl")):
             lines = [ln for ln in f.read_text().splitlines() if ln and '"phase":"warmup"' not in ln]
+            if not f.name.endswith(".gpu.jsonl"):
+                lines = [json.dumps(_to_us(json.loads(ln)), separators=(",", ":")) for ln in lines]
             yield f"{arm}/{f.name}", ("\n".join(lines) + "\n").encode()
         for pattern in ("bench-*.meta.json", "servers.json", "agreement*.jsonl", "accuracy/accuracy.json",
                         "accuracy/status.json"):
             for f in sorted(d.glob(pattern)):
                 yield f"{arm}/{f.relative_to(d)}", f.read_bytes()
+
+
+def unpack(example: Path, dest: Path) -> Path:
+    """A committed example as a run directory again (raw data extracted, reports left out)."""
+    run = dest / example.name
+    shutil.copytree(example, run, ignore=shutil.ignore_patterns(*REPORTS))
+    with tarfile.open(run / "raw.tar.xz") as t:
+        t.extractall(run, filter="data")
+    if (run / "baseline-from.json").is_file():  # the run reused that example's baseline arm (BASE_RUN)
+        src = example.parent / json.loads((run / "baseline-from.json").read_text())["example"]
+        with tarfile.open(src / "raw.tar.xz") as t:
+            t.extractall(run, members=[m for m in t.getmembers() if m.name.startswith("baseline/")], filter="data")
+    return run
+
+
+def rebuild_reports(example: Path) -> None:
+    """The example's reports from its packed raw data, so what is committed is what it rebuilds to."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = unpack(example, Path(tmp))
+        subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=Path(__file__).resolve().parents[1],
+                       capture_output=True, check=False, timeout=600)
+        for name in REPORTS:
+            shutil.copy(run / name, example / name)
 
 
 def main() -> int:
@@ -58,6 +99,7 @@ def main() -> int:
             t.addfile(info, io.BytesIO(data))
     if a.baseline_from:
         (a.dest / "baseline-from.json").write_text(json.dumps({"example": a.baseline_from.name}) + "\n")
+    rebuild_reports(a.dest)
     print(f"packed {a.run} -> {a.dest} ({(a.dest / 'raw.tar.xz').stat().st_size / 1e6:.1f} MB raw)")
     return 0
 

@@ -15,6 +15,8 @@ import yaml
 from . import accuracy, agreement, decide, gates, metrics, stats
 from .rawdata import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
+from . import gpu_telemetry
+from .gpu_telemetry import Telemetry
 from .rundir import read_json
 from .scenario import Scenario
 
@@ -42,6 +44,8 @@ class ArmAnalysis:
     raw: list[Any] = field(default_factory=list)  # benchmark.RepeatResult per repeat: records + meta
     server_deltas: list[dict[str, Any] | None] = field(default_factory=list)
     loop_lag_ms: list[dict[str, float]] = field(default_factory=list)
+    telemetry: list[Telemetry] = field(default_factory=list)  # NVML summary per repeat
+    gpu_series: list[dict] = field(default_factory=list)  # per repeat: GPU -> sampled series (plots)
 
     @property
     def kernels(self) -> list[str | None]:
@@ -96,18 +100,34 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
     wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
     block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
+    tele = [_telemetry(d, r.meta, i) for i, r in enumerate(reps)]
     acc = accuracy.load(d)
     status_file = d / "accuracy" / "status.json"
     acc_status = read_json(status_file)["status"] if status_file.is_file() else ("done" if acc else "not run")
     return ArmAnalysis(
         name=name, label=spec.label, backend=spec.backend.value, servers=servers,
         repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
-        repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave)
-                     for r, st in zip(reps, starts)], block=block,
+        repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
+                     for r, st, t in zip(reps, starts, tele)], block=block,
         accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),
         agreement_self=agreement.load(d / "agreement-self.jsonl"),
         raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
-        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps])
+        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=tele,
+        gpu_series=[_gpu_series(d, r.meta.get("repeat", i)) for i, r in enumerate(reps)])
+
+
+def _telemetry(arm_dir: Path, meta: dict[str, Any], i: int) -> Telemetry:
+    """From the raw NVML samples when the run kept them (reports are rebuilt from raw data), else
+    the summary the run recorded."""
+    path = arm_dir / f"bench-{meta.get('repeat', i)}.gpu.jsonl"
+    if path.is_file():
+        return gpu_telemetry.summarize(gpu_telemetry.read_samples(path))
+    return Telemetry.from_json(meta.get("gpu_telemetry"))
+
+
+def _gpu_series(arm_dir: Path, repeat: int) -> dict:
+    path = arm_dir / f"bench-{repeat}.gpu.jsonl"
+    return gpu_telemetry.series(gpu_telemetry.read_samples(path)) if path.is_file() else {}
 
 
 def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
@@ -172,6 +192,13 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
                            "action": "excluded from its start's mean" if siblings else "carried (only run of its start)",
                            "server_mean_ttft_ms": dlt.get("server_mean_ttft_ms"),
                            "server_requests": dlt.get("vllm:request_success_total")})
+        for i, t in enumerate(arm.telemetry):
+            if t.slowdowns:  # listed, not excluded: heat is not the kernel's doing, but hiding it is worse
+                share = max(t.share(r) for r in t.slowdowns)
+                listed.append({"arm": name, "run": i + 1, "server_start": arm.repeat_data[i].start,
+                               "why": f"GPU slowdown ({', '.join(t.slowdowns)}) in up to {share:.0%} of busy samples",
+                               "action": "carried (GPU slowdown flagged)", "server_mean_ttft_ms": None,
+                               "server_requests": None})
     return excluded, listed
 
 
@@ -247,7 +274,8 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     g = s.gates
     excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
     look = look_of(s, arms)
-    gate_alpha = decide.spent_alpha(g.significance, look, s.run.looks)
+    gate_alpha = decide.spent_alpha(g.significance, s.run.server_starts + look - 1, s.run.server_starts,
+                                    s.run.max_server_starts)
     comparison: list[stats.MetricComparison] = []
     if all(n in arms and arms[n].repeat_data for n in ARMS):
         comparison = stats.compare_arms(arms["baseline"].repeat_data, arms["candidate"].repeat_data,
@@ -281,7 +309,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
                                                  g.max_failed_fraction, gates.error_kinds(errors)))
     results += _accuracy_gates(s, run, arms)
     if s.agreement.enabled:
-        results += gates.agreement(agree, self_agree, g)
+        results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
     results += gates.performance(comparison, g, gate_alpha)
     noise = None
     if noise_run is not None:

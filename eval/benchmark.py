@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import server_metrics
+from .gpu_sampler import GpuSampler
 from .loadgen.client import RequestParams
 from .loadgen.datasets import Prompt, load_tokenizer
 from .loadgen.records import RequestRecord, write_jsonl
@@ -40,8 +41,10 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
         before = server_metrics.scrape(base_url)
     except OSError:
         before = None
-    result = run_load(params, prompts, shape, processes=w.client_processes, tokenizer_path=tokenizer_path,
-                      count_tokens=count, on_done=on_done)
+    # NVML samples cover exactly the measured load (not the warm-up): energy per token is this run's.
+    with GpuSampler(out / f"bench-{repeat}.gpu.jsonl") as gpu:
+        result = run_load(params, prompts, shape, processes=w.client_processes, tokenizer_path=tokenizer_path,
+                          count_tokens=count, on_done=on_done)
     server_delta = None
     if before is not None:
         try:
@@ -55,6 +58,7 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
         "warmup_requests": w.warmup_requests, "duration_s": w.duration_s, "client_processes": result.processes,
         "prompts_sha256": prompts_sha, "loop_lag_ms": result.loop_lag_ms,
         "started_ns": result.started_ns, "ended_ns": result.ended_ns, "server_metrics_delta": server_delta,
+        "gpu_telemetry": gpu.telemetry.to_json(),
         **(extra_meta or {}),
     }
     # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing

@@ -1,4 +1,4 @@
-"""Command line: `python -m eval.cli compare|report|bench|setup|check`. The Makefile wraps it.
+"""Command line: `python -m eval.cli compare|report|bench|gemm-bench|setup|check`. The Makefile wraps it.
 
 Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
 itself failed (bad scenario, a server that crashed or did not start, Ctrl-C); 3 inconclusive (no
@@ -127,6 +127,20 @@ def cmd_bench(args) -> int:
     return 0 if m["failed"] == 0 else 1
 
 
+def cmd_gemm_bench(args) -> int:
+    from . import gemm_bench
+
+    s = load_scenario(args.scenario, overrides=args.set)
+    out = Path(args.out)
+    if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
+        import json
+        gemm_bench.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
+    else:
+        gemm_bench.run(s, out, tuple(args.backends.split(",")))
+    print((out / "gemm.md").read_text())
+    return 0
+
+
 def cmd_setup(args) -> int:
     from . import models
 
@@ -174,6 +188,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--tokenizer", default="")
     b.add_argument("--out", default="reports/bench")
     b.set_defaults(fn=cmd_bench)
+    gb = sub.add_parser("gemm-bench", help="time the model's FP8 GEMM shapes per backend on this GPU")
+    scenario_args(gb)
+    gb.add_argument("--out", default="reports/gemm")
+    gb.add_argument("--backends", default="cutlass,torch,flashinfer")
+    gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
+    gb.set_defaults(fn=cmd_gemm_bench)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.set_defaults(fn=cmd_setup)
     ck = sub.add_parser("check", help="validate a scenario file")
@@ -192,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except SuiteError as e:
         console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
-        return EXIT_RUN_FAILED
+        return EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted; servers stopped")
         return EXIT_RUN_FAILED

@@ -15,8 +15,9 @@ and M the margin (log(1 + d) for latencies, -log(1 - d) for throughputs):
   decide it, assuming the point estimate and the per-start variances stay as observed.
 
 Sequential runs (more server starts until every gate is decided) spend alpha over the planned
-looks, alpha_k = alpha ((k/K)^2 - ((k-1)/K)^2): by the union bound the chance of any wrong
-decision at any look stays at most alpha, whatever the stopping rule.
+looks by the information fraction t = starts / max_starts: alpha_k = alpha (t_k^2 - t_(k-1)^2),
+t_0 = 0. The alphas sum to alpha, so by the union bound the chance of any wrong decision at any
+look stays at most alpha, whatever the stopping rule.
 """
 
 from __future__ import annotations
@@ -141,7 +142,14 @@ def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
     return out
 
 
-def spent_alpha(alpha: float, look: int, looks: int) -> float:
-    """alpha for look k of K (1-based) under the power-2 spending function."""
-    k, n = max(1, min(look, looks)), max(1, looks)
-    return alpha * ((k / n) ** 2 - ((k - 1) / n) ** 2)
+def spent_alpha(alpha: float, starts: int, first: int, max_starts: int | None) -> float:
+    """alpha for the look at `starts` server starts per arm, in a plan that looks first at `first`
+    starts and then after each added start up to max_starts (None: one fixed look, all of alpha).
+    Power-2 spending of the information fraction t = starts / max_starts: alpha (t_k^2 - t_(k-1)^2)
+    with t = 0 before the first look, so the first look already spends alpha (first / max)^2 and
+    the looks together spend exactly alpha."""
+    if max_starts is None or max_starts <= first:
+        return alpha
+    k = max(first, min(starts, max_starts))
+    t, prev = k / max_starts, ((k - 1) / max_starts if k > first else 0.0)
+    return alpha * (t * t - prev * prev)

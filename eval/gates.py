@@ -111,14 +111,19 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
     return out
 
 
-def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec) -> list[GateResult]:
+def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pending: bool = False) -> list[GateResult]:
     """Cross-arm greedy outputs against the baseline's agreement with itself. FAIL when the
     chosen tokens' mean |logprob difference| exceeds max(factor x self, floor), or when outputs
-    already differ at their first token; n/a when outputs are degenerate (random weights)."""
+    already differ at their first token; n/a when outputs are degenerate (random weights).
+    pending: the run stopped on its time budget before both arms were probed (RESUME goes on),
+    so missing data is not yet a failure."""
     if gates.agreement_mode == "off":
         return []
     name = "output agreement"
     if not cmp or not cmp.get("prompts"):
+        if pending:
+            return [GateResult(name, Outcome.INCONCLUSIVE, "no agreement data from both arms yet: the run stopped "
+                                                           "on its time budget (RESUME goes on)")]
         return [GateResult(name, Outcome.FAIL, "no agreement data from both arms")]
     if cmp.get("degenerate"):
         return [GateResult(name, Outcome.NOT_APPLICABLE, f"not informative: {cmp['degenerate']}")]

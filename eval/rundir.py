@@ -75,6 +75,7 @@ class RunStatus:
         if resume:  # more server starts for a run that already ended: keep its trail
             self.data = read_json(self.path)
             self.data.update(status="running", reason="")
+            self.data.pop("stopped", None)  # set again if this call stops on its budget too
             self.data["phases"].append({"phase": "resumed", "at": _now()})
         else:
             self.data = {"status": "running", "started": _now(), "phases": [], **fields}

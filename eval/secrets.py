@@ -10,7 +10,7 @@ from typing import Any
 
 from .scenario import Scenario
 
-SECRET_NAME = re.compile(r"(token|secret|passw|api[_-]?key|access[_-]?key|credential|auth)", re.I)
+SECRET_NAME = re.compile(r"(token(?!izer)|secret|passw|api[_-]?key|access[_-]?key|credential|auth)", re.I)
 REDACTED = "***redacted***"
 
 

@@ -120,7 +120,7 @@ class ServerConfig:
         return env
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the suite dies, even by SIGKILL (Linux
     PR_SET_PDEATHSIG), so no vLLM server is orphaned; its engine core follows its parent."""
     try:
@@ -237,7 +237,7 @@ class VllmServer:
         self.started_at = time.monotonic()
         # Own process group: teardown signals the whole tree (engine core, TP workers).
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.cfg.env(), start_new_session=True, preexec_fn=_die_with_parent)
+                                     env=self.cfg.env(), start_new_session=True, preexec_fn=die_with_parent)
         log.close()
         _LIVE.add(self)
         _watchdog(self.proc.pid)

@@ -47,7 +47,10 @@ class MetricDef:
     stat: str  # mean, median, pNN, rate
 
 
-def metric_defs(percentiles: list[float], goodput: bool) -> list[MetricDef]:
+ENERGY = MetricDef("energy_per_output_token_j", "Energy per output token (J)", False, "energy_j", "per_token")
+
+
+def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
     defs = [MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate"),
             MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
             MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate")]
@@ -64,6 +67,8 @@ def metric_defs(percentiles: list[float], goodput: bool) -> list[MetricDef]:
     defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))
     defs.append(MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady",
                           "median"))
+    if energy:  # only where NVML measured every run (a GPU)
+        defs.append(ENERGY)
     return defs
 
 
@@ -83,6 +88,7 @@ class RepeatData:
     start: int = 0  # the server start (within its arm) this run was measured on
     ttft_first: np.ndarray = field(default_factory=lambda: np.array([]))
     ttft_steady: np.ndarray = field(default_factory=lambda: np.array([]))
+    energy_j: float | None = None  # the GPUs' energy over the measured load (NVML), None without telemetry
 
     @property
     def n(self) -> int:
@@ -90,7 +96,7 @@ class RepeatData:
 
 
 def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord], bool] | None = None, *,
-                start: int = 0, first_wave: int | None = None) -> RepeatData:
+                start: int = 0, first_wave: int | None = None, energy_j: float | None = None) -> RepeatData:
     rs = measured(records)
     ok = [r for r in rs if r.success]
     if rs:
@@ -114,7 +120,7 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
         good=np.array([bool(good_fn(r)) if good_fn else True for r in ok], dtype=float),
         itl=[np.asarray(r.itls_s) * ms for r in ok],
         failed=len(rs) - len(ok), start=start,
-        ttft_first=np.array(first), ttft_steady=np.array(steady),
+        ttft_first=np.array(first), ttft_steady=np.array(steady), energy_j=energy_j,
     )
 
 
@@ -128,6 +134,9 @@ def _stat(x: np.ndarray, stat: str) -> float:
 
 def point_value(d: RepeatData, m: MetricDef) -> float:
     """The run-level value of a metric, exactly as computed from all of the run's requests."""
+    if m.stat == "per_token":  # energy per output token
+        tokens = d.out_tokens.sum()
+        return float(d.energy_j / tokens) if d.energy_j is not None and tokens > 0 else float("nan")
     if m.stat == "rate":
         arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
                "requests": np.ones(d.n)}[m.source]
@@ -264,7 +273,7 @@ def compare_arms(base: list[RepeatData], cand: list[RepeatData], percentiles: li
     ex = excluded or {}
     return [compare_values(m, run_values(base, m, ex.get("baseline", set())),
                            run_values(cand, m, ex.get("candidate", set())), alpha)
-            for m in metric_defs(percentiles, goodput)]
+            for m in metric_defs(percentiles, goodput, energy=all(d.energy_j is not None for d in [*base, *cand]))]
 
 
 # -- measurement health -----------------------------------------------------------------------

@@ -18,16 +18,8 @@ def section(text: str, start: str, end: str) -> str:
     return text.split(start, 1)[1].split(end, 1)[0]
 
 
-def unpack(example, dest):
-    run = dest / example.name
-    shutil.copytree(example, run, ignore=shutil.ignore_patterns("summary.md", "results.json", "report.html"))
-    with tarfile.open(run / "raw.tar.xz") as t:
-        t.extractall(run, filter="data")
-    if (run / "baseline-from.json").is_file():  # the run reused that example's baseline arm (BASE_RUN)
-        src = example.parent / json.loads((run / "baseline-from.json").read_text())["example"]
-        with tarfile.open(src / "raw.tar.xz") as t:
-            t.extractall(run, members=[m for m in t.getmembers() if m.name.startswith("baseline/")], filter="data")
-    return run
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from pack_example import unpack  # noqa: E402
 
 
 def report(*args):

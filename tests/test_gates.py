@@ -126,6 +126,8 @@ def test_agreement_gate_calibrated_by_self_agreement():
     (r,) = gates.agreement(agreement.compare(base, far), self_cmp, g)
     assert r.outcome is Outcome.FAIL and "limit 0.0100" in r.detail
     assert outcomes(gates.agreement(None, None, g)) == [Outcome.FAIL]
+    # A run stopped on its time budget before the candidate ran is not failed: RESUME goes on.
+    assert outcomes(gates.agreement(None, None, g, pending=True)) == [Outcome.INCONCLUSIVE]
     assert gates.agreement(None, None, GatesSpec(agreement_mode="off")) == []
     (r,) = gates.agreement(agreement.compare(base, far), self_cmp, GatesSpec(agreement_mode="report"))
     assert r.outcome is Outcome.NOT_APPLICABLE and "would be FAIL" in r.detail

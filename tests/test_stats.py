@@ -131,7 +131,8 @@ def sequential(b, c, margin, looks, first=2):
     for k in range(1, looks + 1):
         s = first + k - 1
         e = estimate(values(b[:s]), values(c[:s]))
-        out = decide.decide([GateInput("g", e, True, margin)], decide.spent_alpha(0.05, k, looks))[0].outcome
+        out = decide.decide([GateInput("g", e, True, margin)],
+                            decide.spent_alpha(0.05, s, first, first + looks - 1))[0].outcome
         if out is not Outcome.INCONCLUSIVE:
             return out
     return Outcome.INCONCLUSIVE
@@ -152,7 +153,9 @@ def test_sequential_stopping_keeps_both_error_rates():
     assert sps.binomtest(bad_pass, n, 0.025, alternative="greater").pvalue > 0.01, bad_pass / n
     assert sps.binomtest(good_fail, n, 0.025, alternative="greater").pvalue > 0.01, good_fail / n
     assert decided / n > 0.5  # and it does decide: identical arms mostly PASS a 3% margin
-    assert sum(decide.spent_alpha(0.05, k, looks) for k in range(1, looks + 1)) == pytest.approx(0.05)
+    assert sum(decide.spent_alpha(0.05, s, 2, 5) for s in range(2, 6)) == pytest.approx(0.05)
+    assert decide.spent_alpha(0.05, 3, 3, 6) == pytest.approx(0.05 * 0.25)  # first look: (3/6)^2 of alpha
+    assert decide.spent_alpha(0.05, 3, 3, None) == 0.05  # a fixed design spends it all at once
 
 
 def test_three_outcomes_and_how_many_more_starts():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -36,5 +36,8 @@ case ${1:-} in
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
     run=${RUN:-$(ls -dt reports/*/ | head -1)}
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more"; exit 2 ;;
+  gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
+    { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
+    tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm"; exit 2 ;;
 esac

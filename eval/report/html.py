@@ -19,7 +19,7 @@ from markupsafe import Markup  # noqa: E402
 
 from ..analysis import Analysis, ArmAnalysis, fmt_pct  # noqa: E402
 from ..metrics import measured  # noqa: E402
-from . import markdown  # noqa: E402
+from . import markdown, telemetry  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -190,6 +190,8 @@ def render(a: Analysis) -> str:
         plots.insert(0, ("Relative change with 95% confidence intervals", change_plot(a)))
         if (sp := starts_plot(a)) is not None:
             plots.insert(1, ("Run-level values by server start (the replication unit)", sp))
+    if (fig := telemetry.plot(have_bench, COLORS)) is not None:
+        plots.append(("GPU power and SM clock (NVML)", _svg(fig)))
     acc = accuracy_plot(arms)
     if acc is not None:
         plots.append(("Accuracy", acc))
@@ -198,7 +200,8 @@ def render(a: Analysis) -> str:
     return env.get_template("report.html.j2").render(
         a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
         fmt_pct=fmt_pct, num=markdown.num, gates=a.gates, roles=markdown.gated_roles(a),
-        design=markdown.design_text(a) if a.comparison else "")
+        design=markdown.design_text(a) if a.comparison else "",
+        telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a))
 
 
 def _inline_md(text: str) -> str:

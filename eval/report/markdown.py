@@ -8,6 +8,7 @@ import math
 from ..analysis import Analysis, ArmAnalysis, fmt_pct
 from ..gates import Outcome
 from ..stats import MetricComparison, Verdict
+from . import telemetry
 
 _MARK = {Verdict.BETTER: "better", Verdict.WORSE: "**worse**", Verdict.NO_CHANGE: "no significant change",
          Verdict.NOT_AVAILABLE: "n/a"}
@@ -164,5 +165,6 @@ def render(a: Analysis) -> str:
             L.append(f"| {arm.name} | {k + 1} | {num(m['mean_ttft_ms'])} | {num(dlt.get('server_mean_ttft_ms'))} | "
                      f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                      f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |")
-    L += ["", f"_Rebuild with `make report RUN={a.run_dir}`._", ""]
+    L += [""] + telemetry.markdown_lines(a)
+    L += [f"_Rebuild with `make report RUN={a.run_dir}`._", ""]
     return "\n".join(L)

@@ -46,6 +46,7 @@ def render(a: Analysis) -> dict[str, Any]:
             "accuracy_status": arm.accuracy_status,
             "server_metrics_deltas": arm.server_deltas, "loop_lag_ms": arm.loop_lag_ms,
             "extra_args": spec.extra_args,
+            "gpu_telemetry": [t.to_json() for t in arm.telemetry],  # per repeat
         }
     return _clean({
         "schema_version": SCHEMA_VERSION, "suite_version": __version__,

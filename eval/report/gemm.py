@@ -1,0 +1,113 @@
+"""The GEMM view (make gemm-bench): per FP8 shape of the model, time and TFLOP/s against M for
+each backend with the GPU's measured ceiling, and each backend's speed relative to CUTLASS by
+M range (decode batches, prefill chunks). Built from gemm.json alone."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from ..gemm_shapes import decode_or_prefill
+
+# Dense FP8 tensor rate from the datasheets (TFLOP/s, without sparsity), by GPU name.
+DATASHEET_FP8_TFLOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0, "B200": 4500.0}
+REFERENCE = "cutlass"
+
+
+def datasheet(gpu: str) -> float | None:
+    return next((v for k, v in DATASHEET_FP8_TFLOPS.items() if k in gpu), None)
+
+
+def ceiling(res: dict) -> float | None:
+    ok = [c["tflops"] for c in res.get("ceiling", []) if "tflops" in c]
+    return max(ok) if ok else None
+
+
+def _ok(res: dict) -> list[dict]:
+    return [r for r in res["results"] if "us" in r]
+
+
+def ratios(res: dict, max_num_seqs: int | None) -> dict[str, dict[str, float]]:
+    """backend -> {decode, prefill}: geometric mean over shapes and M of CUTLASS time / backend
+    time (above 1: faster than CUTLASS)."""
+    t = {(r["backend"], r["shape"], r["m"]): r["us"] for r in _ok(res)}
+    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (b, sh, m), us in t.items():
+        if b != REFERENCE and (REFERENCE, sh, m) in t:
+            acc[b][decode_or_prefill(m, max_num_seqs)].append(math.log(t[(REFERENCE, sh, m)] / us))
+    return {b: {rng: math.exp(float(np.mean(v))) for rng, v in d.items()} for b, d in acc.items()}
+
+
+def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
+    backends = sorted({r["backend"] for r in res["results"]}, key=lambda b: (b != REFERENCE, b))
+    ceil_, sheet = ceiling(res), datasheet(res.get("gpu", ""))
+    L = [f"# FP8 GEMMs: {title}", "",
+         f"- GPU: {res.get('gpu')} (compute capability {'.'.join(map(str, res.get('capability', [])))}); "
+         f"torch {res.get('torch')}, " + ", ".join(f"{k} {v}" for k, v in res.get("versions", {}).items()),
+         f"- Measured FP8 ceiling (best backend, large square GEMMs): "
+         f"{ceil_:,.0f} TFLOP/s" if ceil_ else "- Measured FP8 ceiling: n/a",
+         f"- Datasheet dense FP8: {sheet:,.0f} TFLOP/s" if sheet else "- Datasheet dense FP8: unknown for this GPU",
+         "- Timing: CUDA graph of 10 GEMMs replayed 100 times, CUDA events, median per GEMM; fresh random FP8 "
+         "inputs with per-tensor scales; each output checked against a float32 reference first; weights rotated "
+         "beyond the L2 cache. Activation quantization is not timed.", ""]
+    for b, err in res.get("errors", {}).items():
+        L.append(f"- **{b} could not run**: {err}")
+    rt = ratios(res, max_num_seqs)
+    if rt:
+        L += ["## Speed relative to CUTLASS (CUTLASS time / backend time; above 1 is faster)", "",
+              "| Backend | decode (M <= max_num_seqs) | prefill (larger M) |", "|---|---:|---:|"]
+        L += [f"| {b} | {d.get('decode', float('nan')):.3f} | {d.get('prefill', float('nan')):.3f} |"
+              for b, d in sorted(rt.items())]
+        L.append("")
+    by_shape: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in res["results"]:
+        by_shape[(r["shape"], r["k"], r["n"])][r["m"]][r["backend"]] = r
+    for (name, k, n), rows in by_shape.items():
+        L += [f"## {name}: K={k}, N={n}", "",
+              "| M | " + " | ".join(f"{b} us (TFLOP/s)" for b in backends) + " |", "|---:|" + "---:|" * len(backends)]
+        for m in sorted(rows):
+            cells = []
+            for b in backends:
+                r = rows[m].get(b, {})
+                cells.append(f"{r['us']:,.1f} ({r['tflops']:,.0f})" if "us" in r else r.get("error", "n/a")[:60])
+            L.append(f"| {m} | " + " | ".join(cells) + " |")
+        L.append("")
+    return "\n".join(L)
+
+
+def plot_svg(res: dict) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = list(dict.fromkeys((r["shape"], r["k"], r["n"]) for r in res["results"]))
+    fig, axes = plt.subplots(1, max(1, len(shapes)), figsize=(3.6 * max(1, len(shapes)), 3.2), squeeze=False)
+    ceil_, sheet = ceiling(res), datasheet(res.get("gpu", ""))
+    for ax, (name, k, n) in zip(axes[0], shapes):
+        for b in sorted({r["backend"] for r in res["results"]}):
+            pts = sorted((r["m"], r["tflops"]) for r in _ok(res) if r["backend"] == b and r["shape"] == name)
+            if pts:
+                ax.plot(*zip(*pts), marker=".", label=b)
+        for val, style, lbl in ((ceil_, "--", "measured ceiling"), (sheet, ":", "datasheet")):
+            if val:
+                ax.axhline(val, ls=style, color="gray", lw=0.8, label=lbl)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{name} (K={k}, N={n})", fontsize=9)
+        ax.set_xlabel("M (tokens)")
+    axes[0][0].set_ylabel("TFLOP/s")
+    axes[0][0].legend(fontsize=7)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def html(res: dict, max_num_seqs: int | None, title: str) -> str:
+    import html as h
+    md = markdown(res, max_num_seqs, title)
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + h.escape(title) + "</title>"
+            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}pre{white-space:pre-wrap}</style>"
+            "</head><body>" + plot_svg(res) + "<pre>" + h.escape(md) + "</pre></body></html>")

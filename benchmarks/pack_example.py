@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -51,9 +52,9 @@ def raw_members(run: Path, arms: list[str]):
                 yield f"{arm}/{f.relative_to(d)}", f.read_bytes()
 
 
-def unpack(example: Path, dest: Path) -> Path:
+def unpack(example: Path, dest: Path, name: str | None = None) -> Path:
     """A committed example as a run directory again (raw data extracted, reports left out)."""
-    run = dest / example.name
+    run = dest / (name or example.name)
     shutil.copytree(example, run, ignore=shutil.ignore_patterns(*REPORTS))
     with tarfile.open(run / "raw.tar.xz") as t:
         t.extractall(run, filter="data")
@@ -65,11 +66,14 @@ def unpack(example: Path, dest: Path) -> Path:
 
 
 def rebuild_reports(example: Path) -> None:
-    """The example's reports from its packed raw data, so what is committed is what it rebuilds to."""
+    """The example's reports from its packed raw data, so what is committed is what it rebuilds to.
+    Rebuilt as reports/<the original run's name>, so the reports name the run as it was made."""
+    root = Path(__file__).resolve().parents[1]
+    original = Path(json.loads((example / "results.json").read_text())["run_dir"]).name
     with tempfile.TemporaryDirectory() as tmp:
-        run = unpack(example, Path(tmp))
-        subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=Path(__file__).resolve().parents[1],
-                       capture_output=True, check=False, timeout=600)
+        run = unpack(example, Path(tmp) / "reports", original)
+        subprocess.run([sys.executable, "-m", "eval.cli", "report", f"reports/{original}"], cwd=tmp,
+                       env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
         for name in REPORTS:
             shutil.copy(run / name, example / name)
 

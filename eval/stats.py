@@ -47,7 +47,8 @@ class MetricDef:
     stat: str  # mean, median, pNN, rate
 
 
-ENERGY = MetricDef("energy_per_output_token_j", "Energy per output token (J)", False, "energy_j", "per_token")
+# mJ, not J: about 64 mJ per token on the H200, which two decimals of J would round to 0.06.
+ENERGY = MetricDef("energy_per_output_token_mj", "Energy per output token (mJ)", False, "energy_j", "per_token")
 
 
 def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
@@ -134,9 +135,9 @@ def _stat(x: np.ndarray, stat: str) -> float:
 
 def point_value(d: RepeatData, m: MetricDef) -> float:
     """The run-level value of a metric, exactly as computed from all of the run's requests."""
-    if m.stat == "per_token":  # energy per output token
+    if m.stat == "per_token":  # energy per output token, mJ
         tokens = d.out_tokens.sum()
-        return float(d.energy_j / tokens) if d.energy_j is not None and tokens > 0 else float("nan")
+        return float(1000 * d.energy_j / tokens) if d.energy_j is not None and tokens > 0 else float("nan")
     if m.stat == "rate":
         arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
                "requests": np.ones(d.n)}[m.source]

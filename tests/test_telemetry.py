@@ -58,7 +58,7 @@ def test_unavailable_and_torn_lines(tmp_path):
 def test_energy_per_output_token_is_a_metric_only_with_telemetry():
     assert ENERGY not in metric_defs([99], False) and ENERGY in metric_defs([99], False, energy=True)
     d = RepeatData(1.0, *(np.ones(4),) * 3, np.full(4, 100.0), np.ones(4), np.ones(4), [], energy_j=80.0)
-    assert point_value(d, ENERGY) == pytest.approx(0.2)  # 80 J over 400 tokens
+    assert point_value(d, ENERGY) == pytest.approx(200)  # 80 J over 400 tokens: 200 mJ each
     d.energy_j = None
     assert np.isnan(point_value(d, ENERGY))
 
@@ -72,3 +72,28 @@ def test_recorded_h200_samples_parse():
     assert t.energy_j > 0 and 50 < g.power_w_mean < 1000 and 500 < g.sm_clock_mhz_mean < 2100
     s = gt.series(lines)[0]
     assert len(s["t"]) == g.samples and s["t"][0] == 0
+
+
+def test_a_planted_thermal_slowdown_is_flagged_and_the_power_cap_is_not(tmp_path):
+    """The committed H200 A/A, unchanged: every run sat at the power limit part of the time and no
+    run is listed for it (one is, for its median TPOT). Plant a thermal slowdown into one run's NVML
+    samples: that run is listed."""
+    import sys
+    from conftest import ROOT
+    from eval.analysis import analyze
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pack_example import unpack
+
+    run = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
+    a = analyze(run)
+    slow = lambda an: [d for d in an.disturbed if "GPU slowdown" in d["why"]]  # noqa: E731
+    assert not slow(a) and all(t.share("sw_power_cap") > 0.2 for arm in a.arms.values() for t in arm.telemetry)
+    energy = next(r for r in a.comparison if r.key == "energy_per_output_token_mj")
+    assert 50 < energy.baseline < 80  # mJ per output token on the H200 at c128
+    path = run / "candidate" / "bench-2.gpu.jsonl"
+    lines = gt.read_samples(path)
+    for s in lines[100:110]:
+        s["gpus"]["0"]["reasons"] |= 0x40  # hw_thermal_slowdown
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (d,) = slow(analyze(run))
+    assert (d["arm"], d["run"]) == ("candidate", 3) and "hw_thermal_slowdown" in d["why"]

@@ -9,7 +9,7 @@ import math
 from ..analysis import Analysis, ArmAnalysis
 from ..gpu_telemetry import TelemetryStatus
 
-HEADER = ["Arm", "Run", "Server start", "Energy (kJ)", "J / output token", "Mean power (W)",
+HEADER = ["Arm", "Run", "Server start", "Energy (kJ)", "mJ / output token", "Mean power (W)",
           "SM clock mean / min (MHz)", "Max temp (C)", "Mean util (%)", "Clock-event reasons (share of busy samples)"]
 
 
@@ -27,7 +27,7 @@ def rows(a: Analysis) -> list[list[str]]:
             tok = float(d.out_tokens.sum())
             gs = t.gpus
             out.append([arm.name, str(k + 1), str(d.start + 1), _f(e / 1000 if e is not None else None, ".2f"),
-                        _f(e / tok if e is not None and tok else None, ".4f"),
+                        _f(1000 * e / tok if e is not None and tok else None, ".2f"),
                         _f(sum(g.power_w_mean for g in gs), ".0f"),
                         f"{_f(sum(g.sm_clock_mhz_mean for g in gs) / len(gs), '.0f')} / "
                         f"{_f(min(g.sm_clock_mhz_min for g in gs), '.0f')}",

@@ -26,6 +26,7 @@ AA ?=
 RESUME ?=
 BUDGET ?=
 MAX_STARTS ?=
+WHATIF ?=
 
 .PHONY: compare report gemm-bench test setup setup-gpu-carry check clean-venv
 
@@ -40,7 +41,8 @@ compare: $(SUITE_ENV)
 	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
 		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
 		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa) \
-		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(RESUME),--resume $(RESUME))
+		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(RESUME),--resume $(RESUME)) \
+		$(if $(WHATIF),--set arms.candidate.whatif=true)
 
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }

@@ -15,7 +15,7 @@ import yaml
 from . import accuracy, agreement, decide, gates, metrics, stats
 from .rawdata import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
-from . import gpu_telemetry
+from . import gpu_telemetry, whatif
 from .gpu_telemetry import Telemetry
 from .rundir import read_json
 from .scenario import Scenario
@@ -286,6 +286,12 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     if comparison and comparison[0].design is stats.Design.QUICK_LOOK:
         notes.append("one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
                      "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE).")
+    for n in ARMS:
+        if getattr(s.arms, n).whatif:  # first, in every report format
+            notes.insert(0, f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
+                            "GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. FlashInfer tunes "
+                            "its tactics when a server starts without cached ones (before it is healthy), so every "
+                            "measured run used tuned tactics; the servers table says what each start did.")
     notes += _ttft_notes(arms)
     agree = self_agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):

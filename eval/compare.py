@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement_probe, models, preflight
+from . import accuracy, agreement_probe, models, preflight, whatif
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
@@ -91,8 +91,9 @@ class Orchestrator:
 
     def start_server(self, arm: str) -> VllmServer:
         spec: ArmSpec = getattr(self.s.arms, arm)
+        plugin = whatif.stage(self.run_dir / "whatif-plugin") if spec.whatif else None
         cfg = ServerConfig(arm=arm, model=self.model.model, served_name=self.s.model.served_name, server=self.s.server,
-                           spec=spec, load_format=self.s.model.load_format)
+                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin)
         n = self.server_count
         self.server_count += 1
         srv = VllmServer(cfg, self.run_dir / arm / f"server-{n}.log")
@@ -117,6 +118,10 @@ class Orchestrator:
         servers.append({"server": n, "argv": redact(srv.argv, secret_values(self.s)), "port": srv.port,
                         "ready_s": round(ready, 1),
                         "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
+                        "whatif": srv.cfg.spec.whatif,
+                        # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
+                        # the H200) and before the server is healthy: every measured run is tuned.
+                        "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
                         "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from . import backends
+from . import backends, whatif
 from .errors import PreflightError, UnsupportedError
 from .scenario import Device, Scenario
 from .server import port_is_free
@@ -47,15 +47,21 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
         s = backends.spec(arm.backend)
         if s.min_compute_capability is None:
             continue
-        need = "%d.%d" % s.min_compute_capability
+        min_cc, why = s.min_compute_capability, s.why_min_cc
+        if arm.whatif:  # the suite's plugin lifts vLLM's gate down to what FlashInfer's GEMM runs on
+            min_cc, why = whatif.MIN_CC, f"the what-if FlashInfer arm needs compute capability {'%d.%d' % whatif.MIN_CC}+"
+        need = "%d.%d" % min_cc
         if scenario.server.device != Device.CUDA or not gpus:
-            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; no NVIDIA GPU is visible here")
-        low = [g for g in gpus if g.compute_capability < s.min_compute_capability]
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; no NVIDIA GPU is visible here")
+        low = [g for g in gpus if g.compute_capability < min_cc]
         if low:
             g = low[0]
             have = "%d.%d" % g.compute_capability
-            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {s.why_min_cc}; this GPU ({g.name}) is "
-                                 f"{have} < {need}")
+            hint = ("; WHATIF=1 runs it anyway as a labelled what-if through the suite's plugin"
+                    if arm.backend == backends.Backend.FLASHINFER and not arm.whatif and g.compute_capability >= whatif.MIN_CC
+                    else "")
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; this GPU ({g.name}) is "
+                                   f"{have} < {need}{hint}")
 
 
 _QUIET = ("WARNING", "WARN", "ERROR", "CRITICAL")

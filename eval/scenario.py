@@ -120,6 +120,15 @@ class ArmSpec(Strict):
     extra_args: list[str] = []
     env: dict[str, str] = {}
     vllm: VllmInstall | None = None  # this arm's own vLLM, to compare two versions
+    # What-if (opt-in): FlashInfer's per-tensor FP8 GEMM below compute capability 10.0 through the
+    # suite's vLLM plugin; every report labels the arm as a configuration vLLM does not support.
+    whatif: bool = False
+
+    @model_validator(mode="after")
+    def _whatif(self) -> "ArmSpec":
+        if self.whatif and self.backend != Backend.FLASHINFER:
+            raise ValueError(f"whatif is only for backend flashinfer (this arm: {self.backend.value})")
+        return self
 
 
 class Arms(Strict):

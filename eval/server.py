@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import backends
+from . import backends, whatif
 from .errors import KernelMismatchError, PreflightError, ServerError
 from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
 from .secrets import env_secrets, redact
@@ -80,6 +80,7 @@ class ServerConfig:
     spec: ArmSpec
     load_format: str = "auto"
     port: int | None = None
+    whatif_plugin: str | None = None  # staged plugin directory, for an arm with whatif: true
 
     def install(self) -> VllmInstall:
         return self.spec.vllm or self.server.vllm
@@ -114,6 +115,8 @@ class ServerConfig:
         _, sel_env = backends.selection_args(self.spec.backend, has_linear_backend_flag=self.server.linear_backend_flag)
         env.update(sel_env)
         env.update(self.spec.env)
+        if self.spec.whatif and self.whatif_plugin:
+            env.update(whatif.server_env(self.whatif_plugin, env))
         env.update(SAFE_GPU_ENV)  # an arm may not turn it back on
         if (key := self.api_key()) is not None:
             env["VLLM_API_KEY"] = key  # by environment, not --api-key: argv shows in logs and ps

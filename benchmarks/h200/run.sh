@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm|whatif
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -18,7 +18,9 @@ SET=${SET:-}  # space-separated scenario overrides, e.g. "run.server_starts=3 wo
 SET_ARGS=$(for s in $SET; do echo --set $s; done)
 BUDGET=${BUDGET:-500}
 cli() { python3 -m eval.cli compare --scenario $SC "$@"; }
-pack() { local d; d=$(ls -dt reports/*/ | head -1); tar -I 'xz -T0 -1' -cf "$OUT/$1.tar.xz" --exclude=model -C reports "$(basename "$d")"; echo "packed $d"; }
+# The run directory as parts of at most 15 MB (the device tool returns files of up to 16 MiB; a
+# 3+3-start run is ~30 MB): cat $1.tar.xz.part_* | tar xJf - here.
+pack() { local d=${2:-$(ls -dt reports/*/ | head -1)}; tar -I 'xz -T0 -1' -cf - --exclude=model -C reports "$(basename "$d")" | split -b 15M - "$OUT/$1.tar.xz.part_"; echo "packed $d"; }
 LIMIT=${LIMIT:-570}  # SIGTERM before the device's limit: the suite stops its servers and keeps what it measured
 case ${1:-} in
   preflight)
@@ -35,9 +37,11 @@ case ${1:-} in
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
     run=${RUN:-$(ls -dt reports/*/ | head -1)}
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" ;;
+    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
+  whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1)
+    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm|whatif"; exit 2 ;;
 esac

@@ -67,6 +67,14 @@ def gated_roles(a: Analysis) -> dict[str, str]:
     return out
 
 
+def autotune_text(sv: dict) -> str:
+    t = sv.get("flashinfer_autotune")
+    if not t:
+        return "not run"
+    cached = "tactics cached" if t.get("cache_entries_found") else "no cached tactics"
+    return f"{cached}; {t['autotune_s']} s" if t.get("autotune_s") is not None else cached
+
+
 def design_text(a: Analysis) -> str:
     b, c = a.arms["baseline"], a.arms["candidate"]
     nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
@@ -82,7 +90,8 @@ def design_text(a: Analysis) -> str:
 
 
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
-    return f"{role} ({arm.name}: {arm.label}, backend {arm.backend})"
+    whatif = any(sv.get("whatif") for sv in arm.servers)
+    return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")
 
 
 def render(a: Analysis) -> str:
@@ -147,12 +156,12 @@ def render(a: Analysis) -> str:
         L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
         L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
         L.append("")
-    L += ["## Servers", "", "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | Log |",
-          "|---|---|---|---:|---|"]
+    L += ["## Servers", "", "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune "
+          "| Log |", "|---|---|---|---:|---|---|"]
     for arm in (b, c):
         for sv in (arm.servers if arm else []):
-            L.append(f"| {arm.name} ({arm.label}) | {sv['requested_backend']} | {sv.get('selected_kernel') or 'none'} | "
-                     f"{sv.get('ready_s')} | {sv.get('log')} |")
+            L.append(f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''} | {sv['requested_backend']} | "
+                     f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |")
     L += ["", "## Measurement health", "",
           "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "
           "Chunks per token | Event-loop lag p99 / max (ms) |", "|---|---:|---:|---:|---|---:|---|"]

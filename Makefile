@@ -64,6 +64,11 @@ history: $(SUITE_ENV)
 trend: $(SUITE_ENV)
 	$(PY) -m eval.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
+# Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
+SUITE ?= release
+qualify: $(SUITE_ENV)
+	$(PY) -m eval.cli qualify --suite $(SUITE)
+
 setup: $(SUITE_ENV)
 	$(PY) -m eval.cli setup
 

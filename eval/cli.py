@@ -173,6 +173,19 @@ def cmd_trend(args) -> int:
     return 1 if worse else 0
 
 
+def cmd_qualify(args) -> int:
+    from datetime import datetime, timezone
+
+    from . import qualify
+
+    suite = qualify.load_suite(args.suite)
+    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
+    code = qualify.run_suite(suite, out, log=lambda m: console.print(m, highlight=False))
+    print((out / "index.md").read_text())
+    console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
+    return code
+
+
 def cmd_setup(args) -> int:
     from . import models
 
@@ -235,6 +248,10 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--db", default="reports/history.sqlite")
     tr.add_argument("--out", default="reports/trend")
     tr.set_defaults(fn=cmd_trend)
+    q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
+    q.add_argument("--suite", required=True)
+    q.add_argument("--reports", default="reports")
+    q.set_defaults(fn=cmd_qualify)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.set_defaults(fn=cmd_setup)
     ck = sub.add_parser("check", help="validate a scenario file")

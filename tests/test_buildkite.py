@@ -8,6 +8,45 @@ from conftest import ROOT
 SCHEMA = ROOT.parent / "shared" / "data" / "buildkite" / "pipeline-schema.json"
 
 
+PIPELINES = sorted((ROOT / ".buildkite").glob("*.yml"))
+
+
+@pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
+@pytest.mark.parametrize("path", PIPELINES, ids=[p.name for p in PIPELINES])
+def test_every_pipeline_is_valid_buildkite(path):
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(yaml.safe_load(path.read_text()), json.loads(SCHEMA.read_text()))
+
+
+def make_targets() -> set[str]:
+    import re
+    return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("path", PIPELINES, ids=[p.name for p in PIPELINES])
+def test_every_make_command_in_a_pipeline_exists(path):
+    import re
+    steps = yaml.safe_load(path.read_text())["steps"]
+    used = {m for s in steps if isinstance(s, dict) for m in re.findall(r"\bmake (\w[\w-]*)", s.get("command", ""))}
+    assert used and used <= make_targets(), used - make_targets()
+    names = {p.stem for p in (ROOT / "scenarios" / "suites").glob("*.yaml")}
+    for s in steps:
+        for suite in re.findall(r"SUITE=(\w+)", s.get("command", "") if isinstance(s, dict) else ""):
+            assert suite in names
+
+
+def test_nightly_fans_out_and_keeps_history():
+    steps = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"]
+    matrix = steps[0]["matrix"]["setup"]
+    assert len(matrix["scenario"]) * len(matrix["backend"]) >= 4
+    for sc in matrix["scenario"]:
+        assert (ROOT / "scenarios" / f"{sc}.yaml").is_file()
+    assert steps[0]["soft_fail"] == [{"exit_status": 4}] and steps[0]["retry"]["automatic"][0]["exit_status"] == -1
+    assert steps[1] == {"wait": None, "continue_on_failure": True}
+    assert "make history" in steps[2]["command"] and "make trend" in steps[2]["command"]
+    assert "reports/history.sqlite" in steps[2]["artifact_paths"]
+
+
 @pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
 def test_pipeline_is_valid_buildkite():
     jsonschema = pytest.importorskip("jsonschema")

@@ -128,6 +128,8 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
         "host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
         "cpu_count": os.cpu_count(), "captured": _now(),
         "suite_git_commit": _cmd(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
+        # An image built from docker/ carries its commit (OCI revision label, and this variable).
+        "image_revision": os.environ.get("VSE_IMAGE_REVISION"),
         "gpus": [g.__dict__ for g in gpus],
         "nvidia_driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
     }

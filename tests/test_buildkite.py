@@ -62,3 +62,19 @@ def test_pipeline_schema_rejects_nonsense():
         pytest.skip("no schema")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"steps": [{"command": 5, "timeout_in_minutes": "soon"}]}, json.loads(SCHEMA.read_text()))
+
+
+def test_dockerfiles_pass_hadolint_and_carry_the_revision():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    files = [str(ROOT / "docker" / f) for f in ("Dockerfile", "Dockerfile.cpu")]
+    r = subprocess.run([exe, *files], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for f in files:
+        text = Path(f).read_text()
+        assert "org.opencontainers.image.revision=$REVISION" in text and "VSE_IMAGE_REVISION=$REVISION" in text
+    # The GPU image keeps vLLM's interpreter untouched: the suite has its own venv there.
+    assert "python3 -m venv /opt/vse" in Path(files[0]).read_text()

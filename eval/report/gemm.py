@@ -4,7 +4,6 @@ M range (decode batches, prefill chunks). Built from gemm.json alone."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
 
@@ -79,9 +78,7 @@ def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
 
 
 def plot_svg(res: dict) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import plt, svg
 
     shapes = list(dict.fromkeys((r["shape"], r["k"], r["n"]) for r in res["results"]))
     fig, axes = plt.subplots(1, max(1, len(shapes)), figsize=(3.6 * max(1, len(shapes)), 3.2), squeeze=False)
@@ -99,10 +96,7 @@ def plot_svg(res: dict) -> str:
         ax.set_xlabel("M (tokens)")
     axes[0][0].set_ylabel("TFLOP/s")
     axes[0][0].legend(fontsize=7)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return svg(fig)
 
 
 def html(res: dict, max_num_seqs: int | None, title: str) -> str:

@@ -4,15 +4,10 @@ assets) that opens offline: the summary's tables plus the plots engineers look a
 from __future__ import annotations
 
 import html as html_lib
-import io
 import math
 import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 from markupsafe import Markup  # noqa: E402
@@ -20,18 +15,14 @@ from markupsafe import Markup  # noqa: E402
 from ..analysis import Analysis, ArmAnalysis, fmt_pct  # noqa: E402
 from ..metrics import measured  # noqa: E402
 from . import markdown, telemetry  # noqa: E402
+from .plots import plt, svg  # noqa: E402
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 _MAX_POINTS = 1500
 
 
 def _svg(fig) -> Markup:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # rebuilds are byte-identical
-    plt.close(fig)
-    text = buf.getvalue()
-    return Markup(text[text.index("<svg"):])
+    return Markup(svg(fig))
 
 
 def _thin(x: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ def markdown_lines(a: Analysis) -> list[str]:
 
 def plot(arms: list[ArmAnalysis], colors: dict[str, str]):
     """Power and SM clock against time in each run; None without telemetry."""
-    import matplotlib.pyplot as plt
+    from .plots import plt
 
     series = [(arm, k, s) for arm in arms for k, s in enumerate(arm.gpu_series) if s]
     if not series:

@@ -5,7 +5,6 @@ run directory (night) over time, the change points and outlier nights found in i
 from __future__ import annotations
 
 import html as html_lib
-import io
 import sqlite3
 from dataclasses import dataclass
 
@@ -62,9 +61,7 @@ def markdown(series: list[Series]) -> str:
 
 
 def _plot(s: Series) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plots import plt, svg
 
     fig, ax = plt.subplots(figsize=(9, 2.6))
     y = [p.value for p in s.points]
@@ -75,10 +72,7 @@ def _plot(s: Series) -> str:
         ax.axvline(c.index - 0.5, color="red" if c in s.regressions() else "green", ls="--", lw=1)
     ax.set_title(f"{s.scenario} / {s.arm} ({s.backend}) / {s.metric}", fontsize=9)
     ax.set_xlabel("night (run directory, in time order)")
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return svg(fig)
 
 
 def html(series: list[Series]) -> str:

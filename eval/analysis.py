@@ -70,6 +70,7 @@ class Analysis:
     look: int = 1
     looks: int = 1
     gate_alpha: float = 0.05
+    gemm: dict[str, Any] | None = None  # gemm/gemm.json: the GEMM benchmark made with this run (GPU)
 
     @property
     def complete(self) -> bool:
@@ -330,7 +331,8 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     code = exit_code_for(status, results)
     return Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
                     agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
-                    gate_alpha=gate_alpha)
+                    gate_alpha=gate_alpha,
+                    gemm=read_json(run_dir / "gemm" / "gemm.json") if (run_dir / "gemm" / "gemm.json").is_file() else None)
 
 
 def _random_weights(run: dict[str, Any], s: Scenario) -> bool:

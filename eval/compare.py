@@ -14,14 +14,14 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement_probe, models, preflight, whatif
+from . import accuracy, agreement_probe, gemm_bench, models, preflight, whatif
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
 from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
-from .scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
+from .scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
 from .secrets import redact, secret_values
 from .server import ServerConfig, VllmServer
 
@@ -278,6 +278,24 @@ class Orchestrator:
             per_start.append(time.monotonic() - t)
         if rs.max_server_starts:
             self.decided()
+        self.gemm_bench(None if rs.budget_s is None else rs.budget_s - (time.monotonic() - t0))
+
+    def gemm_bench(self, budget_left_s: float | None) -> None:
+        """The kernel view of this run's backends, on a GPU, once; never fails the comparison."""
+        kinds = sorted({getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS))
+        out = self.run_dir / "gemm"
+        if (not self.s.run.gemm_bench or self.s.server.device != Device.CUDA or not kinds or (out / "gemm.json").is_file()
+                or (budget_left_s is not None and budget_left_s < 150)):
+            return
+        self.status.phase("gemm-bench")
+        try:
+            with self.console.status(f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
+                gemm_bench.run(self.s, out, tuple(kinds), timeout_s=600)
+            self.log(f"gemm-bench: {out}/gemm.md")
+        except (SuiteError, OSError, ValueError) as e:  # the end-to-end result stands without it
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "error.txt").write_text(f"{e}\n")
+            self.log(f"gemm-bench skipped: {e}")
 
 
 def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:

@@ -49,8 +49,11 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
     write_json(out / "plan.json", p)
     python = (s.arms.baseline.vllm or s.server.vllm).python or sys.executable
     script = Path(__file__).with_name("gemm_timing.py")
-    proc = subprocess.run([python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
-                          stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    try:
+        proc = subprocess.run([python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
+                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SuiteError(f"gemm-bench: the timing script ran over {timeout_s:.0f} s and was stopped") from None
     (out / "gemm.log").write_text(proc.stderr)
     if proc.returncode == 4:
         raise UnsupportedError(proc.stderr.strip().splitlines()[-1])

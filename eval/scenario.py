@@ -263,6 +263,9 @@ class RunSpec(Strict):
     # many per arm (alpha is spent over the looks); None = a fixed design of server_starts.
     max_server_starts: int | None = Field(None, ge=1, le=100)
     budget_s: float | None = Field(None, gt=0)  # stop adding starts when the next would not fit
+    # On a GPU, time the model's FP8 GEMMs for the arms' backends once the comparison is measured
+    # (about a minute): the report then shows the kernel view beside the end-to-end verdict.
+    gemm_bench: bool = True
 
     @model_validator(mode="after")
     def _max(self) -> "RunSpec":

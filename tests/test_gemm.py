@@ -72,3 +72,20 @@ def test_refuses_without_a_gpu(tmp_path):
     if r.returncode == 0:
         pytest.skip("this machine has a GPU")
     assert r.returncode == 4 and "needs an NVIDIA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_gemm_benchmark_shows_in_its_reports(tmp_path):
+    """make compare on a GPU times the arms' backends into <run>/gemm/; the reports show it."""
+    import shutil
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pack_example import unpack
+
+    run = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
+    (run / "gemm").mkdir()
+    shutil.copy(RECORDED, run / "gemm" / "gemm.json")
+    r = subprocess.run([sys.executable, "-m", "eval.cli", "report", str(run)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    md = (run / "summary.md").read_text()
+    assert "## FP8 GEMMs of this model on this GPU" in md and "| torch | 1.0" in md
+    assert "FP8 GEMMs of this model on this GPU (TFLOP/s" in (run / "report.html").read_text()

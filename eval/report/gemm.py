@@ -40,6 +40,25 @@ def ratios(res: dict, max_num_seqs: int | None) -> dict[str, dict[str, float]]:
     return {b: {rng: math.exp(float(np.mean(v))) for rng, v in d.items()} for b, d in acc.items()}
 
 
+def ratio_lines(res: dict, max_num_seqs: int | None, level: str = "##") -> list[str]:
+    rt = ratios(res, max_num_seqs)
+    if not rt:
+        return []
+    return ([f"{level} Speed relative to CUTLASS (CUTLASS time / backend time; above 1 is faster)", "",
+             "| Backend | decode (M <= max_num_seqs) | prefill (larger M) |", "|---|---:|---:|"]
+            + [f"| {b} | {d.get('decode', float('nan')):.3f} | {d.get('prefill', float('nan')):.3f} |"
+               for b, d in sorted(rt.items())] + [""])
+
+
+def compare_section(res: dict, max_num_seqs: int | None) -> list[str]:
+    """What `make compare` shows of a GEMM benchmark made in the same run (gemm/ in its directory)."""
+    ceil_ = ceiling(res)
+    return (["## FP8 GEMMs of this model on this GPU (make gemm-bench, same run)", "",
+             f"Measured ceiling {ceil_:,.0f} TFLOP/s" + (f" (datasheet {datasheet(res.get('gpu', '')):,.0f})"
+                                                         if datasheet(res.get("gpu", "")) else "") + "; per shape and "
+             "M in `gemm/gemm.md`.", ""] + ratio_lines(res, max_num_seqs, "###"))
+
+
 def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
     backends = sorted({r["backend"] for r in res["results"]}, key=lambda b: (b != REFERENCE, b))
     ceil_, sheet = ceiling(res), datasheet(res.get("gpu", ""))
@@ -54,13 +73,7 @@ def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
          "beyond the L2 cache. Activation quantization is not timed.", ""]
     for b, err in res.get("errors", {}).items():
         L.append(f"- **{b} could not run**: {err}")
-    rt = ratios(res, max_num_seqs)
-    if rt:
-        L += ["## Speed relative to CUTLASS (CUTLASS time / backend time; above 1 is faster)", "",
-              "| Backend | decode (M <= max_num_seqs) | prefill (larger M) |", "|---|---:|---:|"]
-        L += [f"| {b} | {d.get('decode', float('nan')):.3f} | {d.get('prefill', float('nan')):.3f} |"
-              for b, d in sorted(rt.items())]
-        L.append("")
+    L += ratio_lines(res, max_num_seqs)
     by_shape: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
     for r in res["results"]:
         by_shape[(r["shape"], r["k"], r["n"])][r["m"]][r["backend"]] = r

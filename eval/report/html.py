@@ -14,7 +14,7 @@ from markupsafe import Markup  # noqa: E402
 
 from ..analysis import Analysis, ArmAnalysis, fmt_pct  # noqa: E402
 from ..metrics import measured  # noqa: E402
-from . import markdown, telemetry  # noqa: E402
+from . import gemm, markdown, telemetry  # noqa: E402
 from .plots import plt, svg  # noqa: E402
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -183,6 +183,9 @@ def render(a: Analysis) -> str:
             plots.insert(1, ("Run-level values by server start (the replication unit)", sp))
     if (fig := telemetry.plot(have_bench, COLORS)) is not None:
         plots.append(("GPU power and SM clock (NVML)", _svg(fig)))
+    if a.gemm:
+        plots.append(("FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, same run)",
+                      Markup(gemm.plot_svg(a.gemm))))
     acc = accuracy_plot(arms)
     if acc is not None:
         plots.append(("Accuracy", acc))

@@ -8,7 +8,7 @@ import math
 from ..analysis import Analysis, ArmAnalysis, fmt_pct
 from ..gates import Outcome
 from ..stats import MetricComparison, Verdict
-from . import telemetry
+from . import gemm, telemetry
 
 _MARK = {Verdict.BETTER: "better", Verdict.WORSE: "**worse**", Verdict.NO_CHANGE: "no significant change",
          Verdict.NOT_AVAILABLE: "n/a"}
@@ -175,5 +175,7 @@ def render(a: Analysis) -> str:
                      f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                      f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |")
     L += [""] + telemetry.markdown_lines(a)
+    if a.gemm:
+        L += gemm.compare_section(a.gemm, s.server.max_num_seqs)
     L += [f"_Rebuild with `make report RUN={a.run_dir}`._", ""]
     return "\n".join(L)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# CI: build the CPU image with podman (no Docker daemon or registry here: ../shared/container's
+# recipe makes a local Debian base), check its revision label, run the CPU smoke compare inside,
+# and check the exit code, the report and that environment.json names the image's commit.
+#   bash docker/ci-cpu-image.sh        (from the repository root; needs root for podman)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ../shared/container/base-image.sh "${VSE_CONTAINER_DIR:-/tmp/vse-container}"
+rev=$(git rev-parse HEAD)
+ca=/etc/ssl/certs/ca-certificates.crt
+start=$(date +%s)
+# pip and npm reach their registries through this machine's TLS proxy (its CA bundle); the CPU
+# torch wheel is in its local wheel folder. Users build with neither (see the Dockerfile).
+podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
+  --build-arg TORCH_INDEX_URL= --build-arg PIP_FIND_LINKS=/opt/wheels \
+  --build-arg PIP_CERT=/etc/host-ca.crt --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt \
+  -v "$ca:/etc/host-ca.crt:ro" -v /opt/wheels:/opt/wheels:ro \
+  -t localhost/vse-cpu -f docker/Dockerfile.cpu .
+echo "image built in $(( $(date +%s) - start )) s"
+label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' localhost/vse-cpu)
+[ "$label" = "$rev" ] || { echo "image revision label is '$label', expected $rev"; exit 1; }
+out=$(mktemp -d)
+set +e
+podman run --rm --network host -v "$out:/suite/reports" localhost/vse-cpu \
+  make compare SET="workload.num_prompts=8 workload.warmup_requests=2 accuracy.enabled=false"
+code=$?
+set -e
+run=$(ls -d "$out"/*/ | head -1)
+echo "compare inside the image: exit $code, run $run"
+case $code in 0|3) ;; *) echo "the smoke compare in the image exited $code"; exit 1 ;; esac
+grep -q "^# cpu-smoke" "$run/summary.md"
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['image_revision']==sys.argv[2], e.get('image_revision')" \
+  "$run/environment.json" "$rev"
+echo "CPU image ok: revision $rev, smoke compare exit $code, $(( $(date +%s) - start )) s in all"

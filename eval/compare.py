@@ -22,7 +22,7 @@ from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
 from .scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
-from .secrets import redact, secret_values
+from .redaction import redact, secret_values
 from .server import ServerConfig, VllmServer
 
 

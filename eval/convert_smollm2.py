@@ -6,8 +6,14 @@ Usage: python convert_smollm2.py GGUF_FILE OUT_DIR
 """
 
 import json
+import os
 import sys
 from pathlib import Path
+
+# Run as a script, Python puts eval/ first on sys.path, where the suite's own modules could shadow
+# top-level modules that transformers imports (eval/secrets.py once shadowed the standard library's
+# `secrets`, which newer filelock versions import: the image build failed on it).
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 
 def main(gguf: str, out: str) -> None:

@@ -24,8 +24,8 @@ import statistics
 import sys
 import time
 
-# Run as a script, Python puts eval/ first on sys.path, where the suite's secrets.py, metrics.py
-# ... would shadow the standard library and break vLLM's imports.
+# Run as a script, Python puts eval/ first on sys.path, where the suite's modules (metrics.py,
+# models.py, ...) could shadow other top-level modules that vLLM imports.
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 import torch  # noqa: E402
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import backends, whatif
 from .errors import KernelMismatchError, PreflightError, ServerError
 from .scenario import ArmSpec, Device, ServerSpec, VllmInstall
-from .secrets import env_secrets, redact
+from .redaction import env_secrets, redact
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

@@ -113,3 +113,12 @@ def test_bench_never_overwrites_earlier_results(tmp_path, capsys):
     code = cli.main(["bench", "--url", "http://127.0.0.1:9", "--tokenizer", "x", "--out", str(tmp_path)])
     assert code == 2 and "already holds results" in capsys.readouterr().err
     assert (tmp_path / "result.json").read_text() == "{}"
+
+
+def test_no_suite_module_shadows_the_standard_library():
+    """Scripts in eval/ run as files (convert_smollm2.py, gemm_timing.py) have eval/ on sys.path:
+    a module named like a standard one (eval/secrets.py once) breaks whatever imports that."""
+    import sys
+    from conftest import ROOT
+    names = {p.stem for p in (ROOT / "eval").glob("*.py")}
+    assert not names & set(sys.stdlib_module_names)

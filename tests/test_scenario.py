@@ -96,7 +96,7 @@ def test_generated_model_needs_dummy(tmp_path):
 
 
 def test_secrets_are_redacted_by_name_by_flag_and_by_value():
-    from eval.secrets import REDACTED, redact
+    from eval.redaction import REDACTED, redact
     data = {"server": {"env": {"HF_TOKEN": "hf_abc123", "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": "pw1234"},
                        "extra_args": ["--api-key", "sk-1", "--dtype", "bf16", "--hf-token=hf_x"], "api_key_env": "K"},
             "note": "uses hf_abc123 inline"}

@@ -187,7 +187,10 @@ def root_cause(log_text: str) -> str | None:
     Consider increasing with ulimit -n" at every start)."""
     hits = [m.group(1).strip() for line in log_text.splitlines()
             if not _WARNING_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
-    return hits[-1][:400] if hits else None
+    # vLLM's API server ends with "Engine core initialization failed. See root cause above": the
+    # engine core's own exception before it is the cause (e.g. /dev/shm too small in a container).
+    telling = [h for h in hits if "See root cause above" not in h]
+    return (telling or hits)[-1][:400] if hits else None
 
 
 def death_by_signal(returncode: int | None) -> str | None:

@@ -94,6 +94,11 @@ def test_root_cause_skips_warnings_and_names_a_killing_signal():
            "INFO loading\n")
     assert root_cause(log) is None
     assert root_cause(log + "ValueError: bad flag\n") == "ValueError: bad flag"
+    # As seen in a container with a 64 MB /dev/shm: the engine core's error, not the API server's summary.
+    core = ("(EngineCore pid=46) ERROR [core.py:1510] RuntimeError: Insufficient space in /dev/shm for shared-memory "
+            "allocation: 160 MiB required, 62 MiB free.\n(APIServer pid=25) RuntimeError: Engine core initialization "
+            "failed. See root cause above. Failed core proc(s): {}\n")
+    assert root_cause(core).startswith("RuntimeError: Insufficient space in /dev/shm")
     assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
     assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
 

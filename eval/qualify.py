@@ -68,10 +68,14 @@ def run_suite(suite: Suite, out: Path, log=print) -> int:
         argv += ["--backend", e.backend] if e.backend else []
         for s in [*suite.set, *e.set]:
             argv += ["--set", s]
-        log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else ""))
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        new = sorted(set(runs_root.iterdir()) - before)
-        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else "")
+            + f" (console: {out}/run-{i + 1}.log)")
+        log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
+        with open(log_path, "w") as f:
+            proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
+        new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+        lines = log_path.read_text().strip().splitlines()
+        last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
         results.append(_result(e, proc.returncode, new[-1] if new else None, last, out))
         log(f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}" + (f" ({last})" if proc.returncode in (2, 4) else ""))
     code = worst([r["exit_code"] for r in results])

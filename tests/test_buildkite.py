@@ -27,11 +27,16 @@ def make_targets() -> set[str]:
 def test_every_make_command_in_a_pipeline_exists(path):
     import re
     steps = yaml.safe_load(path.read_text())["steps"]
-    used = {m for s in steps if isinstance(s, dict) for m in re.findall(r"\bmake (\w[\w-]*)", s.get("command", ""))}
-    assert used and used <= make_targets(), used - make_targets()
+    cmds = " ".join(s.get("command", "") for s in steps if isinstance(s, dict))
+    made = set(re.findall(r"\bmake (\w[\w-]*)", cmds))
+    assert made <= make_targets(), made - make_targets()
+    from eval.cli import parser
+    subs = set(next(a for a in parser()._actions if a.dest == "cmd").choices)
+    used = set(re.findall(r"\bbin/vse (\w[\w-]*)", cmds))
+    assert (made or used) and used <= subs, used - subs
     names = {p.stem for p in (ROOT / "scenarios" / "suites").glob("*.yaml")}
     for s in steps:
-        for suite in re.findall(r"SUITE=(\w+)", s.get("command", "") if isinstance(s, dict) else ""):
+        for suite in re.findall(r"(?:SUITE=|--suite )(\w+)", s.get("command", "") if isinstance(s, dict) else ""):
             assert suite in names
 
 
@@ -43,7 +48,7 @@ def test_nightly_fans_out_and_keeps_history():
         assert (ROOT / "scenarios" / f"{sc}.yaml").is_file()
     assert steps[0]["soft_fail"] == [{"exit_status": 4}] and steps[0]["retry"]["automatic"][0]["exit_status"] == -1
     assert steps[1] == {"wait": None, "continue_on_failure": True}
-    assert "make history" in steps[2]["command"] and "make trend" in steps[2]["command"]
+    assert "bin/vse history" in steps[2]["command"] and "bin/vse trend" in steps[2]["command"]
     assert "reports/history.sqlite" in steps[2]["artifact_paths"]
 
 
@@ -53,7 +58,7 @@ def test_pipeline_is_valid_buildkite():
     pipeline = yaml.safe_load((ROOT / ".buildkite" / "pipeline.yml").read_text())
     jsonschema.validate(pipeline, json.loads(SCHEMA.read_text()))
     commands = " ".join(s.get("command", "") for s in pipeline["steps"])
-    assert "make test" in commands and "make compare" in commands
+    assert "make test" in commands and "bin/vse compare" in commands
 
 
 def test_pipeline_schema_rejects_nonsense():

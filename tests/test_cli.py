@@ -127,3 +127,13 @@ def test_no_suite_module_shadows_the_standard_library():
     from conftest import ROOT
     names = {p.stem for p in (ROOT / "eval").glob("*.py")}
     assert not names & set(sys.stdlib_module_names)
+
+
+def test_bin_vse_keeps_the_suites_exit_codes():
+    """make reports any failed recipe as 2; bin/vse (what CI jobs call) passes 3 and 4 through."""
+    import subprocess
+    from conftest import ROOT
+    r = subprocess.run([str(ROOT / "bin" / "vse"), "compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
+                        "--backend", "flashinfer", "--reports", "/tmp/vse-bin-test"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 4, r.stderr[-1000:]  # unsupported here (no GPU): preflight refusal

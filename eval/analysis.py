@@ -101,7 +101,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
     wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
     block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
-    tele = [_telemetry(d, r.meta, i) for i, r in enumerate(reps)]
+    tele, series = zip(*[_gpu(d, r.meta, i) for i, r in enumerate(reps)]) if reps else ((), ())
     acc = accuracy.load(d)
     status_file = d / "accuracy" / "status.json"
     acc_status = read_json(status_file)["status"] if status_file.is_file() else ("done" if acc else "not run")
@@ -113,22 +113,17 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),
         agreement_self=agreement.load(d / "agreement-self.jsonl"),
         raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
-        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=tele,
-        gpu_series=[_gpu_series(d, r.meta.get("repeat", i)) for i, r in enumerate(reps)])
+        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=list(tele), gpu_series=list(series))
 
 
-def _telemetry(arm_dir: Path, meta: dict[str, Any], i: int) -> Telemetry:
-    """From the raw NVML samples when the run kept them (reports are rebuilt from raw data), else
-    the summary the run recorded."""
+def _gpu(arm_dir: Path, meta: dict[str, Any], i: int) -> tuple[Telemetry, dict]:
+    """A run's telemetry summary and plotted series, from its raw NVML samples (read once) when the
+    run kept them (reports are rebuilt from raw data), else the summary the run recorded."""
     path = arm_dir / f"bench-{meta.get('repeat', i)}.gpu.jsonl"
-    if path.is_file():
-        return gpu_telemetry.summarize(gpu_telemetry.read_samples(path))
-    return Telemetry.from_json(meta.get("gpu_telemetry"))
-
-
-def _gpu_series(arm_dir: Path, repeat: int) -> dict:
-    path = arm_dir / f"bench-{repeat}.gpu.jsonl"
-    return gpu_telemetry.series(gpu_telemetry.read_samples(path)) if path.is_file() else {}
+    if not path.is_file():
+        return Telemetry.from_json(meta.get("gpu_telemetry")), {}
+    lines = gpu_telemetry.read_samples(path)
+    return gpu_telemetry.summarize(lines), gpu_telemetry.series(lines)
 
 
 def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:

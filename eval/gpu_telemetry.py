@@ -1,6 +1,6 @@
 """GPU telemetry of one benchmark run, from NVML samples: what the GPUs did while the run was
 measured (clocks, power, energy, temperature, utilisation, memory, clock-event reasons), the
-energy per output token, and whether a thermal or power slowdown touched the run.
+energy per output token, and whether a thermal or hardware slowdown touched the run.
 
 Pure: it reads samples as eval/gpu_sampler.py writes them (one JSON object per line) and never
 imports NVML, so reports build on a machine without a GPU."""

@@ -6,6 +6,7 @@ measured; whatever happens, servers are stopped and the run says how it ended.""
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement_probe, gemm_bench, models, preflight, whatif
+from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflight, whatif
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
@@ -39,7 +40,7 @@ class CompareOptions:
 def aa_scenario(s: Scenario) -> Scenario:
     """A/A: the baseline arm twice. The candidate keeps its role but runs the baseline's settings."""
     b = s.arms.baseline
-    cand = ArmSpec(label=f"{b.label} (again)", backend=b.backend, extra_args=b.extra_args, env=b.env, vllm=b.vllm)
+    cand = b.model_copy(update={"label": f"{b.label} (again)"})
     return s.model_copy(update={"arms": s.arms.model_copy(update={"candidate": cand}),
                                 "name": f"{s.name}-aa"})
 
@@ -65,7 +66,7 @@ class Orchestrator:
     def prepare(self) -> None:
         self.status.phase("preflight")
         gpus = preflight.run(self.s)
-        self.model = models.resolve(self.s.model, self.opts.cache, self.run_dir / "model")
+        self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
         pythons = {n: (getattr(self.s.arms, n).vllm or self.s.server.vllm).python for n in ("baseline", "candidate")}
         if not (self.run_dir / "environment.json").is_file():
@@ -73,6 +74,22 @@ class Orchestrator:
         w = self.s.workload
         self.log(f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
                  f"{w.repeats} run(s) x {w.num_prompts} prompts")
+
+    def resolve_model(self) -> models.ResolvedModel:
+        python = (self.s.arms.baseline.vllm or self.s.server.vllm).python
+        return models.resolve(self.s.model, self.opts.cache, self.run_dir / "model", python=python,
+                              device=self.s.server.device.value, log=self.log)
+
+    def arm_model(self, arm: str) -> str:
+        """The model directory this arm serves: the run's, or a copy with its planted fault."""
+        fault = getattr(self.s.arms, arm).planted_fault
+        if fault is None:
+            return self.model.model
+        dst = self.run_dir / "model" / f"{arm}-planted-fault"
+        python = (getattr(self.s.arms, arm).vllm or self.s.server.vllm).python
+        planted = checkpoint.plant(Path(self.model.model), dst, fault, python or sys.executable)
+        self.log(f"{arm}: planted fault {planted['planted_fault']['tensor']} x {fault.factor:g}")
+        return str(dst)
 
     def prompts_for(self, k: int) -> list[Prompt]:
         """Run k's prompt set, the same for both arms and fresh for every run: a server that saw
@@ -92,7 +109,7 @@ class Orchestrator:
     def start_server(self, arm: str) -> VllmServer:
         spec: ArmSpec = getattr(self.s.arms, arm)
         plugin = whatif.stage(self.run_dir / "whatif-plugin") if spec.whatif else None
-        cfg = ServerConfig(arm=arm, model=self.model.model, served_name=self.s.model.served_name, server=self.s.server,
+        cfg = ServerConfig(arm=arm, model=self.arm_model(arm), served_name=self.s.model.served_name, server=self.s.server,
                            spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin)
         n = self.server_count
         self.server_count += 1
@@ -119,6 +136,7 @@ class Orchestrator:
                         "ready_s": round(ready, 1),
                         "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
                         "whatif": srv.cfg.spec.whatif,
+                        "planted_fault": srv.cfg.spec.planted_fault.model_dump() if srv.cfg.spec.planted_fault else None,
                         # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
                         # the H200) and before the server is healthy: every measured run is tuned.
                         "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
@@ -177,11 +195,13 @@ class Orchestrator:
             return
         self.status.phase("agreement", arm=arm)
         key = srv.cfg.api_key()
-        # The baseline is probed twice: the same prompts again on the same server are the
-        # self-agreement that calibrates the gate.
-        files = ["agreement.jsonl"] + (["agreement-self.jsonl"] if arm == "baseline" else [])
-        comps = [c for f in files for c in agreement_probe.collect(srv.url, self.s.model.served_name, self.s.agreement,
-                                                                   self.run_dir / arm / f, api_key=key)]
+        # The baseline is probed twice: the second time one prompt at a time. vLLM is not batch
+        # invariant (another batch size picks other GEMM tiles and reduction orders), so the two
+        # probes differ by the numerical noise the baseline itself has: the yardstick a kernel's
+        # difference is held to. Probed twice in the same batches, a GPU gives exactly 0.
+        probes = [("agreement.jsonl", 8)] + ([("agreement-self.jsonl", 1)] if arm == "baseline" else [])
+        comps = [c for f, conc in probes for c in agreement_probe.collect(
+            srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / f, concurrency=conc, api_key=key)]
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
@@ -252,7 +272,7 @@ class Orchestrator:
         if not self.opts.resume:
             self.prepare()
         else:
-            self.model = models.resolve(self.s.model, self.opts.cache, self.run_dir / "model")
+            self.model = self.resolve_model()
         reuse = self.opts.reuse or {}
         for arm, src_run in reuse.items():
             self.check_reusable(arm, src_run)

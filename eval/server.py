@@ -179,6 +179,7 @@ def group_members(pgid: int) -> list[int]:
 
 _ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
 _WARNING_RE = re.compile(r"\bWARN(ING)?\b")
+_RAISE_RE = re.compile(r"^\s*raise \w+\($")  # a traceback's source line ("raise RuntimeError("), not a message
 
 
 def root_cause(log_text: str) -> str | None:
@@ -186,7 +187,7 @@ def root_cause(log_text: str) -> str | None:
     logged as warnings are not causes (vLLM warns "OSError: [Errno 24] Too many open files ...
     Consider increasing with ulimit -n" at every start)."""
     hits = [m.group(1).strip() for line in log_text.splitlines()
-            if not _WARNING_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
+            if not _WARNING_RE.search(line) and not _RAISE_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
     # vLLM's API server ends with "Engine core initialization failed. See root cause above": the
     # engine core's own exception before it is the cause (e.g. /dev/shm too small in a container).
     telling = [h for h in hits if "See root cause above" not in h]

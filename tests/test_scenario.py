@@ -91,7 +91,7 @@ def test_unset_env_var_is_named(tmp_path):
 def test_generated_model_needs_dummy(tmp_path):
     text = MINIMAL.replace("model: {id: /nonexistent-ok-at-load-time, served_name: m}",
                            f"model: {{generate: {{architecture: llama-3.1-8b, tokenizer: {tmp_path}}}}}")
-    with pytest.raises(ScenarioError, match="model: a generated model has no weights: set load_format: dummy"):
+    with pytest.raises(ScenarioError, match="model: a generated model with weights: dummy needs load_format: dummy"):
         load_scenario(write(tmp_path, text))
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm|whatif
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm|whatif|agreement
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -13,6 +13,10 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# Generated checkpoints (8.5 GB for the 8B) outlive the call on the warm machine: .gpuc is replaced
+# by every call's carry, so they live outside it.
+mkdir -p /tmp/vse-generated .gpuc/models && ln -sfn /tmp/vse-generated .gpuc/models/generated
+REALISTIC="--set model.generate.weights=realistic --set model.load_format=auto"
 SC=scenarios/h200-llama3.1-8b-fp8-dummy.yaml
 SET=${SET:-}  # space-separated scenario overrides, e.g. "run.server_starts=3 workload.repeats=1"
 SET_ARGS=$(for s in $SET; do echo --set $s; done)
@@ -40,8 +44,18 @@ case ${1:-} in
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
   whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1)
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
+  agreement)  # realistic weights, eager, one start per arm: CUTLASS vs torch, then CUTLASS vs CUTLASS with a planted fault
+    Q="$REALISTIC --set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
+       --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
+       --set agreement.num_prompts=${PROMPTS:-16}"
+    { time timeout -s TERM $LIMIT cli --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
+    base=$(ls -dt reports/*/ | head -1)
+    for f in ${FAULTS:-0:down_proj:1.02}; do IFS=: read -r l p x <<<"$f"
+      { time timeout -s TERM $LIMIT cli --backend cutlass --base-run ${base%/} $Q \
+          --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"
+        echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-fault-$l.log"; pack agree-fault-$l; done ;;
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm|whatif"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm|whatif|agreement"; exit 2 ;;
 esac

@@ -10,7 +10,8 @@ from typing import Any
 
 from .scenario import Scenario
 
-SECRET_NAME = re.compile(r"(token(?!izer)|secret|passw|api[_-]?key|access[_-]?key|credential|auth)", re.I)
+# "token" but not "tokenizer" or "tokens" (a count: --max-num-batched-tokens, max_tokens).
+SECRET_NAME = re.compile(r"(token(?!izer|s)|secret|passw|api[_-]?key|access[_-]?key|credential|auth)", re.I)
 REDACTED = "***redacted***"
 
 

@@ -190,7 +190,9 @@ def root_cause(log_text: str) -> str | None:
             if not _WARNING_RE.search(line) and not _RAISE_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
     # vLLM's API server ends with "Engine core initialization failed. See root cause above": the
     # engine core's own exception before it is the cause (e.g. /dev/shm too small in a container).
-    telling = [h for h in hits if "See root cause above" not in h]
+    # Likewise "EngineDeadError: EngineCore encountered an issue. See stack trace (above)" after a
+    # crash while serving: the CUDA error before it is the cause.
+    telling = [h for h in hits if "See root cause above" not in h and "See stack trace (above)" not in h]
     return (telling or hits)[-1][:400] if hits else None
 
 
@@ -281,10 +283,17 @@ class VllmServer:
             time.sleep(0.5)
         raise ServerError(f"{self.cfg.arm} server not healthy after {timeout_s:.0f} s (log: {self.log_path})")
 
-    def assert_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} "
-                              f"(log: {self.log_path})")
+    def assert_alive(self, grace_s: float = 0.0) -> None:
+        """Raise with the log's root cause if the server has exited, waiting up to grace_s for a
+        server that is shutting down (after its engine died, vLLM's API server takes a few seconds)."""
+        deadline = time.monotonic() + grace_s
+        while self.proc is not None:
+            if self.proc.poll() is not None:
+                raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} "
+                                  f"(log: {self.log_path})")
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)
 
     def selected_kernel(self) -> str | None:
         return backends.describe_selected(backends.selected_kernels(self.log_text()))

@@ -104,6 +104,11 @@ def test_root_cause_skips_warnings_and_names_a_killing_signal():
               "at most 0 argument(s)\n    raise RuntimeError(\nRuntimeError: Engine core initialization failed. "
               "See root cause above.\n")
     assert root_cause(worker).startswith("RuntimeError: _C::static_scaled_fp8_quant()")
+    # As seen on the H200 when the what-if FlashInfer arm crashed while serving.
+    crash = ("(EngineCore pid=3848) ERROR [core.py:1332] torch.AcceleratorError: CUDA error: unspecified launch failure\n"
+             "(APIServer pid=3778) ERROR [serving.py:495] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+             "encountered an issue. See stack trace (above) for the root cause.\n")
+    assert root_cause(crash) == "AcceleratorError: CUDA error: unspecified launch failure"
     assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
     assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
 

@@ -109,6 +109,9 @@ def test_secrets_are_redacted_by_name_by_flag_and_by_value():
     gen = {"model": {"generate": {"tokenizer": "/cache/llama3-tokenizer"}, "tokenizer": "/t"}}
     assert redact(gen) == gen and redact({"HF_TOKEN": "x", "TOKENIZERS_PARALLELISM": "false"}) == {
         "HF_TOKEN": REDACTED, "TOKENIZERS_PARALLELISM": "false"}
+    # Nor is a token count: the H200 servers' argv lost its --max-num-batched-tokens value (2026-12-03).
+    argv = ["--max-num-batched-tokens", "8192", "--token", "hf_y", "--max_tokens=32"]
+    assert redact(argv) == ["--max-num-batched-tokens", "8192", "--token", REDACTED, "--max_tokens=32"]
 
 
 def test_alias_bombs_are_refused_quickly(tmp_path):

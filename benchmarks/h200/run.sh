@@ -48,10 +48,10 @@ case ${1:-} in
     Q="$REALISTIC --set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
        --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
        --set workload.dataset.output_len=256 --set agreement.num_prompts=${PROMPTS:-16}"
-    { time timeout -s TERM $((LIMIT - 200)) cli --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
+    { time timeout -s TERM $((LIMIT - 200)) python3 -m eval.cli compare --scenario $SC --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
     base=$(ls -dt reports/*/ | head -1)
     for f in ${FAULTS:-0:down_proj:1.02}; do IFS=: read -r l p x <<<"$f"
-      { time timeout -s TERM $((LIMIT - SECONDS)) cli --backend cutlass --base-run ${base%/} $Q \
+      { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
           --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"
         echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-fault-$l.log"; pack agree-fault-$l; done ;;
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)

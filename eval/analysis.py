@@ -234,7 +234,7 @@ def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysi
         return []
     if _random_weights(run, s):
         return [GateResult("accuracy", Outcome.NOT_APPLICABLE,
-                           "model weights are random (load_format: dummy): accuracy was not measured")]
+                           f"model weights are random ({s.model.random_weights_kind}): accuracy was not measured")]
     results: list[GateResult] = []
     accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}
     for n in ARMS:

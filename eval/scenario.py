@@ -84,6 +84,12 @@ class ModelSpec(Strict):
     def weights_are_random(self) -> bool:
         return self.load_format == "dummy" or self.generate is not None
 
+    @property
+    def random_weights_kind(self) -> str:
+        if self.generate is not None and self.generate.weights == GeneratedWeights.REALISTIC:
+            return f"generated checkpoint, normal(0, {self.generate.weight_std:g})"
+        return "load_format: dummy"
+
     def describe(self) -> str:
         if self.generate is not None:
             g = self.generate

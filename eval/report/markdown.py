@@ -108,7 +108,7 @@ def render(a: Analysis) -> str:
          + (f" (sequential, up to {s.run.max_server_starts})" if s.run.max_server_starts else "")
          + f", {w.repeats} run(s) per start, starts in A B B A order"]
     if s.model.weights_are_random:
-        L.append("- **Weights are random (load_format: dummy)**: speed is real, accuracy was not measured.")
+        L.append(f"- **Weights are random ({s.model.random_weights_kind})**: speed is real, accuracy was not measured.")
     for note in a.notes:
         L.append(f"- Note: {note}")
     L.append("")
@@ -149,7 +149,7 @@ def render(a: Analysis) -> str:
                 L.append(f"- **Not informative**: {g['degenerate']}")
             if a.agreement_self and a.agreement_self.get("prompts"):
                 sl = a.agreement_self["abs_logprob_diff"]
-                L.append(f"- Self-agreement (baseline, same prompts twice on one server): exact match "
+                L.append(f"- Self-agreement (baseline, same prompts again on one server, one at a time): exact match "
                          f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}")
             L.append("")
     if a.gates:

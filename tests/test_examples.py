@@ -31,7 +31,9 @@ def report(*args):
 def test_example_rebuilds_from_its_raw_data(example, tmp_path):
     run = unpack(example, tmp_path)
     r = report(run)
-    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    # An example of a run that broke off (the H200 what-if crash, a command's time limit) reports 2.
+    complete = json.loads((run / "run.json").read_text())["status"] == "complete"
+    assert r.returncode in ((0, 1, 3) if complete else (2,)), r.stderr[-2000:]
     old, new = (example / "summary.md").read_text(), (run / "summary.md").read_text()
     for start, end in (("## Comparison", "## Servers"), ("## old", "## new")):
         assert section(new, start, end) == section(old, start, end)

@@ -149,7 +149,7 @@ def render(a: Analysis) -> str:
                 L.append(f"- **Not informative**: {g['degenerate']}")
             if a.agreement_self and a.agreement_self.get("prompts"):
                 sl = a.agreement_self["abs_logprob_diff"]
-                L.append(f"- Self-agreement (baseline, same prompts again on one server, one at a time): exact match "
+                L.append(f"- Self-agreement (baseline, the same prompts again on its server): exact match "
                          f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}")
             L.append("")
     if a.gates:

@@ -271,6 +271,9 @@ class Orchestrator:
             out += [(arm, i) for arm in (order if i % 2 == 0 else order[::-1])]
         return out
 
+    def start_estimate(self, arm: str, last_start_s: float) -> float:
+        return whatif.start_estimate(getattr(self.s.arms, arm).backend, self.starts_done(arm), last_start_s)
+
     def execute(self) -> None:
         if not self.opts.resume:
             self.prepare()
@@ -291,7 +294,8 @@ class Orchestrator:
             both = [self.starts_done(a) for a in ("baseline", "candidate")]
             if start >= rs.server_starts and both == [start, start] and self.decided():
                 return  # a look between pairs beyond the first server_starts: every gate decided
-            if rs.budget_s is not None and per_start and time.monotonic() - t0 + per_start[-1] > rs.budget_s:
+            if rs.budget_s is not None and per_start and time.monotonic() - t0 + self.start_estimate(
+                    arm, per_start[-1]) > rs.budget_s:
                 self.status.data["stopped"] = f"time budget of {rs.budget_s:.0f} s spent; RESUME to add starts"
                 self.log(f"stopping: another server start would not fit the {rs.budget_s:.0f} s budget "
                          f"(RESUME={self.run_dir} BUDGET=... goes on)")

@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+from .backends import Backend
 from .errors import SuiteError
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins" / "vse-flashinfer-hopper"
@@ -40,6 +41,16 @@ def server_env(plugin_path: str, environ: dict[str, str]) -> dict[str, str]:
 
 
 _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})"
+
+
+AUTOTUNE_ALLOWANCE_S = 240.0  # FlashInfer tuning its FP8 GEMM tactics at a start without cached ones (H200: 197 s)
+
+
+def start_estimate(backend: Backend, starts_done: int, last_start_s: float) -> float:
+    """Seconds an arm's next server start will take, for the time budget: the last start's, plus
+    FlashInfer's tactic tuning at the arm's first start in this run (a budget that left it out cut
+    the H200 what-if arm's first start before it was healthy)."""
+    return last_start_s + (AUTOTUNE_ALLOWANCE_S if backend == Backend.FLASHINFER and starts_done == 0 else 0.0)
 
 
 def autotune_state(log_text: str) -> dict | None:

@@ -130,3 +130,11 @@ def test_every_report_format_labels_the_whatif_arm(tmp_path):
         assert whatif.LABEL in (run / name).read_text(), name
     assert json.loads((run / "results.json").read_text())["arms"]["candidate"]["whatif"] is True
     assert "WHAT-IF)" in (run / "summary.md").read_text()
+
+
+def test_the_time_budget_counts_flashinfer_tuning_at_the_arms_first_start():
+    from eval.backends import Backend
+    from eval.whatif import AUTOTUNE_ALLOWANCE_S, start_estimate
+    assert start_estimate(Backend.FLASHINFER, 0, 150.0) == 150.0 + AUTOTUNE_ALLOWANCE_S
+    assert start_estimate(Backend.FLASHINFER, 1, 150.0) == 150.0  # tactics are cached by then
+    assert start_estimate(Backend.CUTLASS, 0, 150.0) == 150.0

@@ -22,10 +22,12 @@ RUN ?=
 BASE_RUN ?=
 CAND_RUN ?=
 NOISE_RUN ?=
+GEMM ?=
 AA ?=
 RESUME ?=
 BUDGET ?=
 MAX_STARTS ?=
+SWEEP ?=
 WHATIF ?=
 
 .PHONY: compare report gemm-bench history trend qualify test setup setup-gpu-carry check clean-venv
@@ -41,12 +43,12 @@ compare: $(SUITE_ENV)
 	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
 		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
 		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa) \
-		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(RESUME),--resume $(RESUME)) \
+		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
 		$(if $(WHATIF),--set arms.candidate.whatif=true)
 
 report: $(SUITE_ENV)
-	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...]"; exit 2; }
-	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN))
+	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json]"; exit 2; }
+	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(GEMM),--gemm $(GEMM))
 
 # FP8 GEMM timings on the scenario model's own shapes, per backend, on this machine's GPU.
 GEMM_OUT ?= reports/gemm

@@ -31,7 +31,8 @@ from eval.errors import SuiteError  # noqa: E402
 from eval.benchmark import run_repeat  # noqa: E402
 from eval.rawdata import repeat_metrics  # noqa: E402
 from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
-from eval.scenario import DEFAULT_CACHE, load_scenario  # noqa: E402
+from eval.scenario import DEFAULT_CACHE  # noqa: E402
+from eval.scenario_load import load_scenario  # noqa: E402
 from eval.server import ServerConfig, VllmServer  # noqa: E402
 
 KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),

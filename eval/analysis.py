@@ -15,7 +15,7 @@ import yaml
 from . import accuracy, agreement, decide, gates, metrics, stats
 from .rawdata import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
-from . import gpu_telemetry, whatif
+from . import gemm_predict, gpu_telemetry, models, sweep, whatif
 from .gpu_telemetry import Telemetry
 from .rundir import read_json
 from .scenario import Scenario
@@ -71,6 +71,10 @@ class Analysis:
     looks: int = 1
     gate_alpha: float = 0.05
     gemm: dict[str, Any] | None = None  # gemm/gemm.json: the GEMM benchmark made with this run (GPU)
+    gemm_source: str = "same run"  # or the gemm.json given to `make report GEMM=...`
+    gemm_prediction: gemm_predict.Prediction | None = None  # what those kernel timings alone predict
+    gemm_prediction_note: str = ""  # why there is no prediction
+    sweep: list[tuple[str, "Analysis"]] = field(default_factory=list)  # (point label, its analysis)
 
     @property
     def complete(self) -> bool:
@@ -260,7 +264,7 @@ def exit_code_for(status: str | None, results: list[GateResult]) -> int:
     return EXIT_OK
 
 
-def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
+def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None) -> Analysis:
     run_dir = Path(run_dir)
     s = load_scenario_from_run(run_dir)
     run = read_json(run_dir / "run.json")
@@ -323,11 +327,34 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None) -> Analysis:
     status = run.get("status")
     if status != "complete":
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
-    code = exit_code_for(status, results)
-    return Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
-                    agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
-                    gate_alpha=gate_alpha,
-                    gemm=read_json(run_dir / "gemm" / "gemm.json") if (run_dir / "gemm" / "gemm.json").is_file() else None)
+    # A load sweep's points are run directories of their own (eval/sweep.py), each with its verdict.
+    points = [(label, analyze(d)) for label, d in sweep.point_dirs(run_dir, s) if (d / "run.json").is_file()]
+    code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
+    a = Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
+                 agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
+                 gate_alpha=gate_alpha, sweep=points)
+    own = run_dir / "gemm" / "gemm.json"
+    if gemm_file is not None or own.is_file():
+        a.gemm = read_json(gemm_file or own)
+        a.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
+        _predict(a, gemm_file)
+    return a
+
+
+def _predict(a: Analysis, gemm_file: Path | None) -> None:
+    """The kernels-only prediction beside the measured change (eval/gemm_predict.py)."""
+    s, base = a.scenario, a.arms.get("baseline")
+    gpu_run = ", ".join(g.get("name", "") for g in a.environment.get("gpus", []))
+    if gemm_file is not None and a.gemm.get("gpu") and a.gemm["gpu"] not in gpu_run:
+        a.gemm_prediction_note = f"the GEMM timings were made on {a.gemm['gpu']}, this run on {gpu_run or 'no GPU'}"
+        return
+    if base is None or "candidate" not in a.arms:
+        a.gemm_prediction_note = "the prediction needs both arms' benchmark data"
+        return
+    wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
+    a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
+        models.model_config(s.model), s.server.tensor_parallel_size, a.gemm, [r.records for r in base.raw],
+        base.backend, a.arms["candidate"].backend, wave, gemm_predict.server_steps(base.server_deltas))
 
 
 def _random_weights(run: dict[str, Any], s: Scenario) -> bool:

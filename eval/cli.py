@@ -18,7 +18,8 @@ from rich.console import Console
 from . import provision, report, server
 from .analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
 from .errors import SuiteError, UnsupportedError
-from .scenario import DEFAULT_CACHE, load_scenario
+from .scenario import DEFAULT_CACHE
+from .scenario_load import load_scenario
 
 console = Console(stderr=True)
 
@@ -28,8 +29,8 @@ def _sigterm(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
-def _report(run_dir: Path, noise_run: Path | None) -> int:
-    a = report.build(run_dir, noise_run=noise_run)
+def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None) -> int:
+    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm)
     print((run_dir / "summary.md").read_text())
     console.print(f"reports: {run_dir}/summary.md, results.json, report.html (exit {a.exit_code})")
     return a.exit_code
@@ -75,7 +76,17 @@ def cmd_compare(args) -> int:
 
 def _run_sets(args) -> list[str]:
     return ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else []) + \
-        ([f"run.budget_s={args.budget}"] if args.budget else [])
+        ([f"run.budget_s={args.budget}"] if args.budget else []) + _sweep_set(args.sweep)
+
+
+def _sweep_set(text: str) -> list[str]:
+    """SWEEP=max_concurrency=1,8,32 as the scenario override run.sweep={key: ..., values: [...]}."""
+    if not text:
+        return []
+    key, sep, values = text.partition("=")
+    if not sep or not values:
+        raise SuiteError(f"SWEEP={text!r}: give KEY=V1,V2,... (e.g. max_concurrency=1,8,32)")
+    return [f"run.sweep={{key: {key.strip()}, values: [{values}]}}"]
 
 
 def resumed(run_dir: Path, args) -> tuple:
@@ -83,7 +94,7 @@ def resumed(run_dir: Path, args) -> tuple:
     (the planned looks fix how alpha is spent)."""
     if not (run_dir / "run.json").is_file():
         raise SuiteError(f"RESUME={run_dir}: not a run directory (no run.json)")
-    if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts:
+    if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts or args.sweep:
         raise SuiteError("RESUME: only BUDGET may be given with it; the rest comes from the run directory")
     s = load_scenario_from_run(run_dir)
     if args.budget:
@@ -95,7 +106,9 @@ def cmd_report(args) -> int:
     run = Path(args.run)
     if not (run / "run.json").is_file():
         raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
-    return _report(run, args.noise_run)
+    if args.gemm is not None and not args.gemm.is_file():
+        raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
+    return _report(run, args.noise_run, args.gemm)
 
 
 def cmd_bench(args) -> int:
@@ -221,11 +234,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
     c.add_argument("--max-starts", type=int, default=0, help="sequential: up to this many server starts per arm")
     c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
+    c.add_argument("--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32")
     c.add_argument("--resume", default="", help="add server starts to this run directory")
     c.set_defaults(fn=cmd_compare)
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
     r.add_argument("run")
     r.add_argument("--noise-run", type=Path, default=None)
+    r.add_argument("--gemm", type=Path, default=None,
+                   help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts")
     r.set_defaults(fn=cmd_report)
     b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
     scenario_args(b)

@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflight, whatif
+from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflight, sweep, whatif
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
@@ -35,6 +35,9 @@ class CompareOptions:
     reuse: dict[str, Path] | None = None  # arm -> finished run directory to take that arm from
     console: Console | None = None
     resume: bool = False  # add server starts to an existing run directory (sequential across calls)
+
+
+SWEEP_PROMPTS = 1000  # sweep point j's prompt sets are numbered from 1000 * (j + 1)
 
 
 def aa_scenario(s: Scenario) -> Scenario:
@@ -143,8 +146,11 @@ class Orchestrator:
                         "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
 
-    def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int) -> None:
-        w = self.s.workload
+    def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int,
+              point: float | None = None) -> None:
+        w = self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
+        out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
+        where = "" if point is None else f" at {self.s.run.sweep.label(point)}"
         prompts = self.prompts_for(k)
         # Warm up once per server start: its first requests are the slow ones (seen on the H200:
         # the first run after a start had 3x the TTFT of later runs).
@@ -152,8 +158,8 @@ class Orchestrator:
         self.status.phase("benchmark", arm=arm, repeat=k)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, transient=True) as prog:
-            task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}", total=len(measured))
-            res = run_repeat(srv.url, self.s.model.served_name, measured, w, self.run_dir / arm, repeat=k,
+            task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}{where}", total=len(measured))
+            res = run_repeat(srv.url, self.s.model.served_name, measured, w, out / arm, repeat=k,
                              api_key=srv.cfg.api_key(),
                              tokenizer_path=self.model.tokenizer, prompts_sha=self.prompt_shas[k],
                              warmup=warm, on_done=lambda _r: prog.advance(task),
@@ -162,7 +168,7 @@ class Orchestrator:
         failed = [r for r in res.records if r.phase == "measure" and not r.success]
         out_tok = sum(r.output_tokens for r in ok)
         dur = (res.meta["ended_ns"] - res.meta["started_ns"]) / 1e9
-        self.log(f"{arm}: repeat {k + 1}: {len(ok)} ok, {len(failed)} failed, {out_tok / max(dur, 1e-9):.1f} "
+        self.log(f"{arm}: repeat {k + 1}{where}: {len(ok)} ok, {len(failed)} failed, {out_tok / max(dur, 1e-9):.1f} "
                  f"output tok/s" + (f"; first error: {failed[0].error}" if failed else ""))
         # Requests that failed with an error (not a timeout) may mean the engine died: its API server
         # then exits within seconds, and the log's cause (H200: a CUDA launch failure in the what-if
@@ -218,6 +224,10 @@ class Orchestrator:
         try:
             for i in range(r):
                 self.bench(arm, srv, start * r + i, first_on_server=(i == 0), start=start)
+            for j, v in enumerate(self.s.run.sweep.values if self.s.run.sweep else []):
+                for i in range(r):  # fresh prompts per point: the prefix cache saw the others
+                    self.bench(arm, srv, SWEEP_PROMPTS * (j + 1) + start * r + i, first_on_server=False,
+                               start=start, point=v)
             if with_checks:
                 self.accuracy(arm, srv)
                 self.agreement(arm, srv)
@@ -343,11 +353,15 @@ def run_compare(s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
         orch.execute()
     except KeyboardInterrupt:
         orch.status.finish("interrupted", "interrupted (Ctrl-C or SIGTERM); servers stopped")
+        sweep.sync(run_dir, s)
         raise
     except SuiteError as e:
         orch.status.finish("failed", str(e))
+        sweep.sync(run_dir, s)
         raise
     except Exception as e:
         orch.status.finish("failed", f"{type(e).__name__}: {e}")
+        sweep.sync(run_dir, s)
         raise
     orch.status.finish("complete")
+    sweep.sync(run_dir, s)

@@ -60,7 +60,11 @@ class GateDecision:
 
 
 def margin_log(margin: float, higher_is_better: bool) -> float:
-    return -math.log(1 - margin) if higher_is_better else math.log1p(margin)
+    """The margin on the log scale. A higher-is-better metric cannot lose more than 100%: a margin
+    of 100% or more allows anything (a scenario's max_worse_pct: 100 on throughput crashed this)."""
+    if higher_is_better:
+        return math.inf if margin >= 1 else -math.log(1 - margin)
+    return math.log1p(margin)
 
 
 def _worse_log(e: Estimate, higher_is_better: bool) -> float:

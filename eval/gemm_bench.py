@@ -19,12 +19,10 @@ BACKENDS = ("cutlass", "torch", "flashinfer")
 
 
 def model_config(s: Scenario) -> dict:
-    if s.model.generate is not None:
-        return models.generated_config(s.model.generate)
-    path = Path(s.model.id or "") / "config.json"
-    if not path.is_file():
-        raise SuiteError(f"gemm-bench: {path}: no config.json (a hub id is not downloaded; give a local directory)")
-    return json.loads(path.read_text())
+    cfg = models.model_config(s.model)
+    if cfg is None:
+        raise SuiteError(f"gemm-bench: {s.model.id}: no config.json (a hub id is not downloaded; give a local directory)")
+    return cfg
 
 
 def plan(s: Scenario, backends: tuple[str, ...] = BACKENDS) -> dict:

@@ -59,6 +59,14 @@ def generated_config(gen: GeneratedModel) -> dict:
     return cfg
 
 
+def model_config(spec: ModelSpec) -> dict | None:
+    """The model's config.json: generated, or read from a local model directory; None for a hub id."""
+    if spec.generate is not None:
+        return generated_config(spec.generate)
+    path = Path(spec.id or "") / "config.json"
+    return json.loads(path.read_text()) if spec.id and path.is_file() else None
+
+
 def generate_model_dir(gen: GeneratedModel, dest: Path) -> Path:
     """Write a config-only checkpoint (config.json + tokenizer) for --load-format dummy."""
     out = dest / f"{gen.architecture.value}-{gen.quantization}"

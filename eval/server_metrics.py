@@ -13,6 +13,7 @@ DELTA_FAMILIES = (
     "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
     "vllm:request_queue_time_seconds", "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
     "vllm:request_success", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:iteration_tokens_total",  # tokens per engine step: the M the linear layers ran (eval/gemm_predict.py)
 )
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")

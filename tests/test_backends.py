@@ -74,7 +74,7 @@ def test_a_log_level_that_hides_the_kernel_line_is_refused_before_start():
     import pytest
     from eval import preflight
     from eval.errors import PreflightError
-    from eval.scenario import load_scenario
+    from eval.scenario_load import load_scenario
     s = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml")
     preflight.check_log_level(s, {})
     with pytest.raises(PreflightError, match="VLLM_LOGGING_LEVEL=WARNING .*the environment"):

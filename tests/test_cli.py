@@ -49,7 +49,7 @@ def fake_plan(monkeypatch, decisions=()):
 
 
 def plan_run(tmp_path, overrides):
-    from eval.scenario import load_scenario
+    from eval.scenario_load import load_scenario
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
     opts = compare.CompareOptions(reports_root=tmp_path)
     s, run_dir = compare.start_run(s, opts)

@@ -2,10 +2,8 @@
 reports/examples/ (and the README, which quotes them) come from runs, not from editing."""
 
 import json
-import shutil
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
@@ -83,3 +81,29 @@ def test_reports_build_without_the_load_generator(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run / "summary.md").is_file() and (run / "report.html").is_file()
+
+
+def test_the_h200_ab_with_the_h200_gemm_bench_rebuilds_its_kernels_only_prediction(tmp_path):
+    """The A/B's committed report was built with GEMM=the committed gemm-bench (README): the
+    prediction beside the measured change comes back the same from the raw records."""
+    ex = ROOT / "reports" / "examples"
+    run = unpack(ex / "h200-cutlass-vs-torch", tmp_path)
+    r = report(run, "--gemm", ex / "h200-gemm" / "gemm.json")
+    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    start, end = "### What the GEMM timings alone predict", "_Rebuild with"
+    new = section((run / "summary.md").read_text(), start, end)
+    assert new == section((ex / "h200-cutlass-vs-torch" / "summary.md").read_text(), start, end)
+    assert "| Output throughput (tok/s) | +2.30% | +3.00%" in new
+    res = json.loads((run / "results.json").read_text())["gemm_prediction"]
+    assert res["gemm_source"].endswith("gemm.json") and 0.2 < res["gemm_share"] < 0.6
+
+
+def test_a_gemm_bench_from_another_gpu_gives_no_prediction(tmp_path):
+    ex = ROOT / "reports" / "examples"
+    run = unpack(ex / "h200-cutlass-vs-torch", tmp_path)
+    other = json.loads((ex / "h200-gemm" / "gemm.json").read_text()) | {"gpu": "NVIDIA B200"}
+    (tmp_path / "gemm.json").write_text(json.dumps(other))
+    assert report(run, "--gemm", tmp_path / "gemm.json").returncode in (0, 1, 3)
+    assert "No prediction: the GEMM timings were made on NVIDIA B200, this run on NVIDIA H200" in (run / "summary.md").read_text()
+    missing = report(run, "--gemm", tmp_path / "nothing.json")
+    assert missing.returncode == 2 and "no such file" in missing.stderr + missing.stdout

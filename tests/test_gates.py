@@ -149,3 +149,10 @@ def test_failed_requests_fail_the_run():
     assert kinds == {"HTTP 500": "HTTP 500: boom", "TimeoutError": "TimeoutError: read"}
     r = gates.failed_requests("candidate", 3, 100, 0.0, kinds)
     assert "first HTTP 500: HTTP 500: boom" in r.detail and "first TimeoutError" in r.detail
+
+
+def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
+    import math
+    from eval.decide import margin_log
+    assert margin_log(1.0, True) == math.inf and margin_log(2.0, True) == math.inf
+    assert margin_log(0.05, True) == -math.log(0.95) and margin_log(1.0, False) == math.log(2.0)

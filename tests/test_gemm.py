@@ -11,7 +11,8 @@ from conftest import ROOT
 from eval import gemm_bench, models
 from eval.gemm_shapes import ShapeError, llama_shapes, token_counts
 from eval.report import gemm as gemm_report
-from eval.scenario import Architecture, GeneratedModel, load_scenario
+from eval.scenario import Architecture, GeneratedModel
+from eval.scenario_load import load_scenario
 
 RECORDED = ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json"
 

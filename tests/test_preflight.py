@@ -5,7 +5,7 @@ import pytest
 from eval import preflight
 from eval.errors import PreflightError
 from eval.preflight import Gpu
-from eval.scenario import load_scenario
+from eval.scenario_load import load_scenario
 
 from conftest import ROOT
 

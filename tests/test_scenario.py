@@ -4,7 +4,7 @@ import pytest
 
 from eval.backends import Backend
 from eval.errors import ScenarioError
-from eval.scenario import load_scenario
+from eval.scenario_load import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT, VLLM_PY, needs_server
 from eval import preflight, whatif
 from eval.errors import UnsupportedError
-from eval.scenario import ScenarioError, load_scenario
+from eval.errors import ScenarioError
+from eval.scenario_load import load_scenario
 from eval.server import ServerConfig
 
 sys.path.insert(0, str(whatif.PLUGIN_DIR))

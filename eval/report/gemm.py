@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -50,13 +51,51 @@ def ratio_lines(res: dict, max_num_seqs: int | None, level: str = "##") -> list[
                for b, d in sorted(rt.items())] + [""])
 
 
-def compare_section(res: dict, max_num_seqs: int | None) -> list[str]:
-    """What `make compare` shows of a GEMM benchmark made in the same run (gemm/ in its directory)."""
+def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run") -> list[str]:
+    """What `make compare` shows of a GEMM benchmark made in the same run (gemm/ in its directory)
+    or given to `make report GEMM=...`."""
     ceil_ = ceiling(res)
-    return (["## FP8 GEMMs of this model on this GPU (make gemm-bench, same run)", "",
+    where = "`gemm/gemm.md`" if source == "same run" else f"`{Path(source).with_name('gemm.md')}`"
+    return ([f"## FP8 GEMMs of this model on this GPU (make gemm-bench, {source})", "",
              f"Measured ceiling {ceil_:,.0f} TFLOP/s" + (f" (datasheet {datasheet(res.get('gpu', '')):,.0f})"
                                                          if datasheet(res.get("gpu", "")) else "") + "; per shape and "
-             "M in `gemm/gemm.md`.", ""] + ratio_lines(res, max_num_seqs, "###"))
+             f"M in {where}.", ""] + ratio_lines(res, max_num_seqs, "###"))
+
+
+PREDICTED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_first_wave_ms")
+
+
+PREDICTION_HEADER = ["Metric", "GEMMs alone predict", "Measured (95% CI)", "Verdict"]
+
+
+def prediction_rows(pred, comparison: list) -> list[list[str]]:
+    measured = {c.key: c for c in comparison}
+    return [[c.label, f"{pred.predicted_pct[key]:+.2f}%",
+             f"{100 * c.rel_change:+.2f}% [{100 * c.ci_low:+.2f}%, {100 * c.ci_high:+.2f}%]", c.verdict.value]
+            for key in PREDICTED if key in pred.predicted_pct and (c := measured.get(key)) is not None]
+
+
+def prediction_text(pred, note: str) -> str:
+    if pred is None:
+        return f"No prediction: {note}."
+    return (f"FP8 GEMMs take {100 * pred.gemm_share:.0f}% of the baseline's busy time "
+            f"({100 * pred.gemm_share_decode:.0f}% of its decode-only steps). Engine steps rebuilt from the "
+            f"baseline's token streams: {pred.steps_per_run:,.0f} per run"
+            + (f" (vLLM counted {pred.server_steps_per_run:,.0f})" if pred.server_steps_per_run else "")
+            + f", median decode batch "
+            f"{pred.decode_batch_median:,.0f}, {pred.prefill_steps_per_run:,.0f} steps with prefill (M up to "
+            f"{pred.prefill_m_max:,.0f}). The prediction adds each step's GEMM time difference at its M to the "
+            "measured steps and changes nothing else (activation quantization, fusions and scheduling stay as "
+            "measured): where the columns differ, the GEMM itself does not explain the change.")
+
+
+def prediction_lines(pred, note: str, comparison: list) -> list[str]:
+    """The kernels-only prediction (eval/gemm_predict.py) beside the measured change."""
+    L = ["### What the GEMM timings alone predict", ""]
+    if pred is not None:
+        L += ["| " + " | ".join(PREDICTION_HEADER) + " |", "|---|---:|---:|---|"]
+        L += ["| " + " | ".join(r) + " |" for r in prediction_rows(pred, comparison)] + [""]
+    return L + [prediction_text(pred, note), ""]
 
 
 def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:

@@ -14,7 +14,7 @@ from markupsafe import Markup  # noqa: E402
 
 from ..analysis import Analysis, ArmAnalysis, fmt_pct  # noqa: E402
 from ..metrics import measured  # noqa: E402
-from . import gemm, markdown, telemetry  # noqa: E402
+from . import gemm, markdown, sweep, telemetry  # noqa: E402
 from .plots import plt, svg  # noqa: E402
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -183,8 +183,10 @@ def render(a: Analysis) -> str:
             plots.insert(1, ("Run-level values by server start (the replication unit)", sp))
     if (fig := telemetry.plot(have_bench, COLORS)) is not None:
         plots.append(("GPU power and SM clock (NVML)", _svg(fig)))
+    if (sw := sweep.plot_svg(a)) is not None:
+        plots.insert(0, ("Load sweep: throughput against latency per arm", Markup(sw)))
     if a.gemm:
-        plots.append(("FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, same run)",
+        plots.append((f"FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, {a.gemm_source})",
                       Markup(gemm.plot_svg(a.gemm))))
     acc = accuracy_plot(arms)
     if acc is not None:
@@ -195,7 +197,10 @@ def render(a: Analysis) -> str:
         a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
         fmt_pct=fmt_pct, num=markdown.num, autotune=markdown.autotune_text, md=lambda t: Markup(_inline_md(t)), gates=a.gates, roles=markdown.gated_roles(a),
         design=markdown.design_text(a) if a.comparison else "",
-        telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a))
+        telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a),
+        gemm_header=gemm.PREDICTION_HEADER, gemm_rows=gemm.prediction_rows(a.gemm_prediction, a.comparison)
+        if a.gemm_prediction else [], gemm_text=gemm.prediction_text(a.gemm_prediction, a.gemm_prediction_note),
+        sweep_header=sweep.HEADER, sweep_rows=sweep.table_rows(a), sweep_intro=sweep.INTRO)
 
 
 def _inline_md(text: str) -> str:

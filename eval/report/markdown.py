@@ -8,7 +8,7 @@ import math
 from ..analysis import Analysis, ArmAnalysis, fmt_pct
 from ..gates import Outcome
 from ..stats import MetricComparison, Verdict
-from . import gemm, telemetry
+from . import gemm, sweep, telemetry
 
 _MARK = {Verdict.BETTER: "better", Verdict.WORSE: "**worse**", Verdict.NO_CHANGE: "no significant change",
          Verdict.NOT_AVAILABLE: "n/a"}
@@ -111,6 +111,8 @@ def render(a: Analysis) -> str:
         L.append(f"- **Weights are random ({s.model.random_weights_kind})**: speed is real, accuracy was not measured.")
     for note in a.notes:
         L.append(f"- Note: {note}")
+    if a.sweep:
+        L += [""] + sweep.markdown_lines(a)
     L.append("")
     for arm, role in ((b, "old"), (c, "new")):
         if arm and arm.block:
@@ -176,6 +178,8 @@ def render(a: Analysis) -> str:
                      f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |")
     L += [""] + telemetry.markdown_lines(a)
     if a.gemm:
-        L += gemm.compare_section(a.gemm, s.server.max_num_seqs)
-    L += [f"_Rebuild with `make report RUN={a.run_dir}`._", ""]
+        L += gemm.compare_section(a.gemm, s.server.max_num_seqs, a.gemm_source)
+        L += gemm.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
+    gemm_arg = f" GEMM={a.gemm_source}" if a.gemm and a.gemm_source != "same run" else ""
+    L += [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]
     return "\n".join(L)

@@ -12,6 +12,7 @@ from .. import __version__
 from .. import metrics
 from ..analysis import Analysis
 from ..scenario import dump
+from . import sweep
 
 SCHEMA_VERSION = 1
 
@@ -58,6 +59,9 @@ def render(a: Analysis) -> dict[str, Any]:
         "design": {"server_starts": {n: len({d.start for d in arm.repeat_data}) for n, arm in a.arms.items()},
                    "look": a.look, "looks": a.looks, "gate_alpha": a.gate_alpha},
         "disturbed_runs": a.disturbed,
+        "sweep": sweep.json_rows(a),
+        "gemm_prediction": ({"gemm_source": a.gemm_source, **a.gemm_prediction.to_json()} if a.gemm_prediction
+                            else {"gemm_source": a.gemm_source, "none": a.gemm_prediction_note} if a.gemm else None),
         "gates": [dataclasses.asdict(g) for g in a.gates],
         "notes": a.notes, "exit_code": a.exit_code,
     })

@@ -11,7 +11,7 @@ from . import server_metrics
 from .gpu_sampler import GpuSampler
 from .loadgen.client import RequestParams
 from .loadgen.datasets import Prompt, load_tokenizer
-from .loadgen.records import RequestRecord, write_jsonl
+from .records import RequestRecord, write_jsonl
 from .loadgen.runner import LoadShape, run_load
 from .rawdata import RepeatResult
 from .rundir import write_json

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .gemm_shapes import ShapeError, llama_shapes
-from .loadgen.records import RequestRecord
+from .records import RequestRecord
 
 # Within-step spread of chunk arrivals against the step time: a gap wider than this share of the
 # median gap between distinct steps starts a new step. 2 ms on the H200 (steps ~10 ms).

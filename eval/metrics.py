@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .loadgen.records import RequestRecord
+from .records import RequestRecord
 from .scenario import Goodput
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")

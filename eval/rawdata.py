@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics
-from .loadgen.records import RequestRecord, read_jsonl
+from .records import RequestRecord, read_jsonl
 from .rundir import read_json
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from .loadgen.records import RequestRecord
+from .records import RequestRecord
 from .metrics import measured
 
 

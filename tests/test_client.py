@@ -9,7 +9,7 @@ from aiohttp import web
 
 from eval.loadgen.client import RequestParams, make_session, stream_request
 from eval.loadgen.datasets import Prompt
-from eval.loadgen.records import RequestRecord
+from eval.records import RequestRecord
 from eval.loadgen.runner import LoadShape, arrival_offsets, run_load_async
 
 

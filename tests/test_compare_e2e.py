@@ -104,6 +104,20 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
             json.loads((run / "candidate" / "bench-0.meta.json").read_text())["prompts_sha256"])
 
 
+def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
+    """eval/gemm_predict.py rebuilds the engine steps from chunk arrivals; vLLM counts them itself
+    (vllm:iteration_tokens_total). Seen here: 129-130 steps per run, equal in every run."""
+    from eval.gemm_predict import rebuild_steps
+    from eval.records import read_jsonl
+
+    run, _ = smoke
+    for arm in ("baseline", "candidate"):
+        for meta in sorted((run / arm).glob("bench-*.meta.json")):
+            server = json.loads(meta.read_text())["server_metrics_delta"]["vllm:iteration_tokens_total_count"]
+            rebuilt = len(rebuild_steps(read_jsonl(meta.with_name(meta.name.replace(".meta.json", ".jsonl")))).t_ns)
+            assert abs(rebuilt - server) <= max(2, 0.02 * server), (arm, meta.name, rebuilt, server)
+
+
 def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):
     run, _ = smoke
     copy = tmp_path / run.name
@@ -125,6 +139,7 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
     token, key = "hf_PLANTEDtoken8472", "sk-PLANTEDkey5931"
     env = {**os.environ, "VSE_TEST_TOKEN": token, "VSE_TEST_KEY": key}
     r = cli(*SMALL, "--base-run", str(run), "--set", "server.api_key_env=VSE_TEST_KEY",
+            "--set", "accuracy.max_gen_toks=16",  # lm-eval must send the key; its answers' length is not the point
             "--set", "server.env={VLLM_CPU_KVCACHE_SPACE: '2', HF_TOKEN: '${VSE_TEST_TOKEN}'}",
             reports=tmp_path, env=env)
     assert r.returncode in (0, 3), r.stderr[-3000:]
@@ -338,26 +353,26 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
     r = cli(*SMALL, "--aa", "--set", "accuracy.enabled=false", "--set", "agreement.enabled=false",
             "--set", "workload.num_prompts=8", "--set", "workload.dataset.output_len=32",
             "--set", "gates.performance=[{metric: output_throughput, max_worse_pct: 50}]",
-            "--sweep", "max_concurrency=2,16", reports=tmp_path)
+            "--sweep", "max_concurrency=4,16", reports=tmp_path)
     assert r.returncode in (0, 3), r.stderr[-3000:]
     (run,) = run_dirs(tmp_path)
     servers = [json.loads((run / arm / "servers.json").read_text()) for arm in ("baseline", "candidate")]
     assert [len(s) for s in servers] == [2, 2]  # the sweep started no server of its own
     res = json.loads((run / "results.json").read_text())
     points = {p["point"]: p for p in res["sweep"]}
-    assert list(points) == ["max_concurrency=8 (the scenario's)", "max_concurrency=2", "max_concurrency=16"]
+    assert list(points) == ["max_concurrency=8 (the scenario's)", "max_concurrency=4", "max_concurrency=16"]
     for label, p in points.items():
         assert p["metrics"]["output_throughput"]["baseline"] > 0
         assert [g["outcome"] for g in p["gates"] if g["metric"] == "output_throughput"] in (["pass"], ["inconclusive"])
     # each point is a run directory of its own, with its own records (fresh prompts) and reports
-    low, high = run / "sweep" / "max_concurrency-2", run / "sweep" / "max_concurrency-16"
+    low, high = run / "sweep" / "max_concurrency-4", run / "sweep" / "max_concurrency-16"
     for d in (low, high):
-        assert (d / "summary.md").is_file() and len(list((d / "candidate").glob("bench-*.jsonl"))) == 2
+        assert (d / "summary.md").is_file() and len(list((d / "candidate").glob("bench-*.meta.json"))) == 2
     conc = lambda d: json.loads(next((d / "baseline").glob("bench-*.meta.json")).read_text())  # noqa: E731
-    assert "max_concurrency: 2" in (low / "scenario.yaml").read_text()
+    assert "max_concurrency: 4" in (low / "scenario.yaml").read_text()
     assert conc(low)["prompts_sha256"] != conc(run)["prompts_sha256"]
     # lower concurrency, lower throughput: the points really ran at their own load
     tput = {k: points[k]["metrics"]["output_throughput"]["baseline"] for k in points}
-    assert tput["max_concurrency=2"] < tput["max_concurrency=16"]
+    assert tput["max_concurrency=4"] < tput["max_concurrency=16"]
     text = (run / "summary.md").read_text()
     assert "## Load sweep" in text and "Load sweep: throughput against latency" in (run / "report.html").read_text()

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from eval import gemm_predict
 from eval.gemm_predict import GemmTable, predict, rebuild_steps
-from eval.loadgen.records import RequestRecord, read_jsonl
+from eval.records import RequestRecord, read_jsonl
 from eval.models import ARCHITECTURES
 
 MS = 1_000_000  # ns

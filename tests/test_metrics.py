@@ -3,7 +3,7 @@ import math
 import pytest
 
 from eval import metrics
-from eval.loadgen.records import RequestRecord
+from eval.records import RequestRecord
 
 MS = 1_000_000
 
@@ -66,7 +66,7 @@ def test_no_successful_requests_is_not_a_crash():
 
 
 def test_peak_concurrency_is_exact_and_input_tokens_come_from_usage():
-    from eval.loadgen.records import RequestRecord
+    from eval.records import RequestRecord
     from eval.metrics import compute
     s = 1_000_000_000
     recs = []

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import aiohttp
 
 from ..scenario import Endpoint
-from .records import RequestRecord
+from ..records import RequestRecord
 from .sse import DONE, SseParser
 
 READ_BUFFER = 2**20  # aiohttp's 64 KiB default splits long SSE bursts into many reads

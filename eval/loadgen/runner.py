@@ -17,7 +17,7 @@ import numpy as np
 
 from .client import RequestParams, make_session, stream_request
 from .datasets import Prompt
-from .records import RequestRecord
+from ..records import RequestRecord
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class RequestRecord:
 
 
 def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = True) -> None:
-    from ..rundir import atomic_write_text
+    from .rundir import atomic_write_text
 
     lines = []
     for r in records:

@@ -27,6 +27,17 @@ def test_bad_scenario_key_is_exit_2(tmp_path, capsys):
     assert "workload.nope: unknown key" in capsys.readouterr().err
 
 
+def test_a_bad_sweep_is_one_line_and_exit_2_before_anything_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: (_ for _ in ()).throw(AssertionError("provisioned")))
+    for sweep, said in (("foo=1,2", "run.sweep.key: Input should be 'max_concurrency' or 'request_rate'"),
+                        ("max_concurrency", "SWEEP='max_concurrency': give KEY=V1,V2"),
+                        ("max_concurrency=a,b", "run.sweep.values.0: Input should be a valid number")):
+        assert cli.main(["compare", "--sweep", sweep, "--reports", str(tmp_path)]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+        assert len(err) == 1 and said in err[0], (sweep, err)
+    assert not list(tmp_path.iterdir())  # no run directory was made
+
+
 def test_report_of_a_non_run_is_exit_2(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err

@@ -124,3 +124,16 @@ def test_alias_bombs_are_refused_quickly(tmp_path):
     with pytest.raises(ScenarioError, match="YAML aliases"):
         load_scenario(path)
     assert time.monotonic() - t < 2
+
+
+def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
+    from eval import sweep
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 16]}"])
+    p = sweep.point_scenario(s, 16)
+    assert p.workload.max_concurrency == 16 and isinstance(p.workload.max_concurrency, int)
+    assert not p.accuracy.enabled and not p.agreement.enabled and p.run.sweep is None and not p.run.gemm_bench
+    assert sweep.point_dir(Path("/r"), s, 2) == Path("/r/sweep/max_concurrency-2")
+    assert sweep.worst_exit([0, 3, 1]) == 1 and sweep.worst_exit([3, 2, 1]) == 2 and sweep.worst_exit([0, 3]) == 3
+    with pytest.raises(ScenarioError, match="sweep and max_server_starts do not combine"):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2]}",
+                                                             "run.max_server_starts=4"])

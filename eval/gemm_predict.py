@@ -117,12 +117,14 @@ class Prediction:
 def predict_run(records: list[RequestRecord], table: GemmTable, base: str, cand: str, layers: int,
                 first_wave: int | None) -> tuple[Steps, dict[str, float]]:
     """One run's kernels-only prediction: changes as fractions, plus the step facts behind them."""
-    st = rebuild_steps(records)
+    ok = [r for r in records if r.phase == "measure" and r.success and r.chunk_ns]
+    if not ok:
+        raise ValueError("no successful measured request to rebuild engine steps from")
+    st = rebuild_steps(ok)
     dur = st.durations_s
     m = st.m[:-1]
     base_s = layers * table.layer_us(base, m) / 1e6
     delta_s = layers * table.layer_us(cand, m) / 1e6 - base_s
-    ok = [r for r in records if r.phase == "measure" and r.success and r.chunk_ns]
     span = (max(r.end_ns for r in ok) - min(r.scheduled_ns for r in ok)) / 1e9
     dec = st.decode[:-1]
     out = {

@@ -111,3 +111,13 @@ def test_the_h200_ab_steps_and_prediction(tmp_path):
     pred, why = gemm_predict.for_run(cfg, 1, gemm, [recs], "cutlass", "torch", 128)
     assert why == "" and 0.2 < pred.gemm_share < 0.6
     assert 0.5 < pred.predicted_pct["output_throughput"] < 5
+
+
+def test_runs_without_a_successful_request_give_a_reason_not_a_crash():
+    recs, _ = engine()
+    for r in recs:
+        r.success = False
+    pred, why = gemm_predict.for_run(None, 1, table(1, 1), [recs], "cutlass", "torch", 8)
+    assert pred is None and "config.json" in why
+    with pytest.raises(ValueError, match="no successful measured request"):
+        predict([recs], table(10.0, 5.0), "cutlass", "torch", 4, 8)

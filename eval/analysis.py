@@ -103,7 +103,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     pct = s.workload.percentiles
     per = [repeat_metrics(r, pct, s.workload.goodput) for r in reps]
     starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
-    wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
+    wave = first_wave(s)
     block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
     tele, series = zip(*[_gpu(d, r.meta, i) for i, r in enumerate(reps)]) if reps else ((), ())
     acc = accuracy.load(d)
@@ -118,6 +118,12 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         agreement_self=agreement.load(d / "agreement-self.jsonl"),
         raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
         loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=list(tele), gpu_series=list(series))
+
+
+def first_wave(s: Scenario) -> int | None:
+    """Requests in a run's first wave: a concurrency limit's worth, all sent at once when the rate
+    is unlimited; None for an open-loop rate, which has no such wave."""
+    return s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
 
 
 def _gpu(arm_dir: Path, meta: dict[str, Any], i: int) -> tuple[Telemetry, dict]:
@@ -351,7 +357,7 @@ def _predict(a: Analysis, gemm_file: Path | None) -> None:
     if base is None or "candidate" not in a.arms:
         a.gemm_prediction_note = "the prediction needs both arms' benchmark data"
         return
-    wave = s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
+    wave = first_wave(s)
     a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
         models.model_config(s.model), s.server.tensor_parallel_size, a.gemm, [r.records for r in base.raw],
         base.backend, a.arms["candidate"].backend, wave, gemm_predict.server_steps(base.server_deltas))

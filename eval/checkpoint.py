@@ -39,8 +39,7 @@ def ensure(gen: GeneratedModel, config_dir: Path, cache: Path, python: str, devi
                         "--device", device], capture_output=True, text=True)
     if r.returncode != 0:
         shutil.rmtree(out, ignore_errors=True)
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise PreflightError(f"writing the realistic checkpoint failed (exit {r.returncode}): {tail[0]}")
+        raise PreflightError(f"writing the realistic checkpoint failed (exit {r.returncode}): {_last_line(r)}")
     (out / ".complete").write_text(r.stdout)
     return out
 
@@ -59,6 +58,10 @@ def plant(src: Path, dst: Path, fault: PlantedFault, python: str) -> dict:
     r = subprocess.run([python, str(WRITER), "plant", str(src), str(dst), "--layer", str(fault.layer),
                         "--proj", fault.proj, "--factor", str(fault.factor)], capture_output=True, text=True)
     if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise PreflightError(f"planting the fault failed: {tail[0]}")
+        raise PreflightError(f"planting the fault failed: {_last_line(r)}")
     return json.loads(r.stdout)
+
+
+def _last_line(r: subprocess.CompletedProcess) -> str:
+    """The writer's one-line reason: its last line of stderr (or stdout)."""
+    return ((r.stderr or r.stdout).strip().splitlines() or ["no output"])[-1]

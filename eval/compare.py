@@ -71,16 +71,19 @@ class Orchestrator:
         gpus = preflight.run(self.s)
         self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
-        pythons = {n: (getattr(self.s.arms, n).vllm or self.s.server.vllm).python for n in ("baseline", "candidate")}
+        pythons = {n: self.arm_python(n) for n in ("baseline", "candidate")}
         if not (self.run_dir / "environment.json").is_file():
             write_json(self.run_dir / "environment.json", capture_environment(pythons, gpus))
         w = self.s.workload
         self.log(f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
                  f"{w.repeats} run(s) x {w.num_prompts} prompts")
 
+    def arm_python(self, arm: str) -> str | None:
+        """The Python of the vLLM this arm's server runs (the arm's own install, or the scenario's)."""
+        return (getattr(self.s.arms, arm).vllm or self.s.server.vllm).python
+
     def resolve_model(self) -> models.ResolvedModel:
-        python = (self.s.arms.baseline.vllm or self.s.server.vllm).python
-        return models.resolve(self.s.model, self.opts.cache, self.run_dir / "model", python=python,
+        return models.resolve(self.s.model, self.opts.cache, self.run_dir / "model", python=self.arm_python("baseline"),
                               device=self.s.server.device.value, log=self.log)
 
     def arm_model(self, arm: str) -> str:
@@ -89,8 +92,7 @@ class Orchestrator:
         if fault is None:
             return self.model.model
         dst = self.run_dir / "model" / f"{arm}-planted-fault"
-        python = (getattr(self.s.arms, arm).vllm or self.s.server.vllm).python
-        planted = checkpoint.plant(Path(self.model.model), dst, fault, python or sys.executable)
+        planted = checkpoint.plant(Path(self.model.model), dst, fault, self.arm_python(arm) or sys.executable)
         self.log(f"{arm}: planted fault {planted['planted_fault']['tensor']} x {fault.factor:g}")
         return str(dst)
 
@@ -350,18 +352,17 @@ def run_compare(s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
     orch = Orchestrator(s, run_dir, opts)
     orch.log(f"run directory: {run_dir}")
     try:
-        orch.execute()
-    except KeyboardInterrupt:
-        orch.status.finish("interrupted", "interrupted (Ctrl-C or SIGTERM); servers stopped")
+        try:
+            orch.execute()
+        except KeyboardInterrupt:
+            orch.status.finish("interrupted", "interrupted (Ctrl-C or SIGTERM); servers stopped")
+            raise
+        except SuiteError as e:
+            orch.status.finish("failed", str(e))
+            raise
+        except Exception as e:
+            orch.status.finish("failed", f"{type(e).__name__}: {e}")
+            raise
+        orch.status.finish("complete")
+    finally:  # each load point gets the run's final status, however the run ended
         sweep.sync(run_dir, s)
-        raise
-    except SuiteError as e:
-        orch.status.finish("failed", str(e))
-        sweep.sync(run_dir, s)
-        raise
-    except Exception as e:
-        orch.status.finish("failed", f"{type(e).__name__}: {e}")
-        sweep.sync(run_dir, s)
-        raise
-    orch.status.finish("complete")
-    sweep.sync(run_dir, s)

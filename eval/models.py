@@ -171,13 +171,11 @@ def resolve(spec: ModelSpec, cache: Path, workdir: Path, python: str | None = No
     if spec.generate is not None:
         g = spec.generate
         d = generate_model_dir(g, workdir)
+        shapes = f"{g.architecture.value} shapes, {g.quantization}, "
         if g.weights == GeneratedWeights.REALISTIC:
             d = checkpoint.ensure(g, d, cache, python or sys.executable, device, log)
-            return ResolvedModel(str(d), str(d), True, f"{g.architecture.value} shapes, {g.quantization}, "
-                                 f"{checkpoint.describe(d)}")
-        return ResolvedModel(str(d), str(d), True,
-                             f"{spec.generate.architecture.value} shapes, {spec.generate.quantization}, "
-                             "config only: RANDOM (dummy) weights")
+            return ResolvedModel(str(d), str(d), True, shapes + checkpoint.describe(d))
+        return ResolvedModel(str(d), str(d), True, shapes + "config only: RANDOM (dummy) weights")
     assert spec.id is not None
     local = Path(spec.id).expanduser()
     looks_local = spec.id.startswith(("/", ".", "~")) or local.exists()

@@ -4,6 +4,7 @@ statistics read (per-request records without the warm-up requests, which no stat
 servers' kernels, the agreement outputs, lm-eval's parsed results).
 
     python benchmarks/pack_example.py RUN_DIR reports/examples/NAME [--baseline-from reports/examples/OTHER]
+    python benchmarks/pack_example.py --rebuild reports/examples/NAME ...   # reports again, after a report change
 
 --baseline-from: the run reused (BASE_RUN) that example's baseline arm unchanged; the raw data
 then holds only the candidate arm, and tests/test_examples.py takes the baseline from OTHER."""
@@ -14,6 +15,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,15 +72,27 @@ def rebuild_reports(example: Path) -> None:
     Rebuilt as reports/<the original run's name>, so the reports name the run as it was made."""
     root = Path(__file__).resolve().parents[1]
     original = Path(json.loads((example / "results.json").read_text())["run_dir"]).name
+    # an example built with a GEMM benchmark (make report GEMM=...) is rebuilt with it again
+    summary = example / "summary.md"
+    gemm = re.search(r"GEMM=(\S+?)`", summary.read_text()) if summary.is_file() else None
+    extra = ["--gemm", gemm.group(1)] if gemm else []
     with tempfile.TemporaryDirectory() as tmp:
         run = unpack(example, Path(tmp) / "reports", original)
-        subprocess.run([sys.executable, "-m", "eval.cli", "report", f"reports/{original}"], cwd=tmp,
+        if gemm:  # at the same relative path, so the reports name it as the README does
+            (Path(tmp) / gemm.group(1)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(root / gemm.group(1), Path(tmp) / gemm.group(1))
+        subprocess.run([sys.executable, "-m", "eval.cli", "report", f"reports/{original}", *extra], cwd=tmp,
                        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
         for name in REPORTS:
             shutil.copy(run / name, example / name)
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--rebuild"]:
+        for example in map(Path, sys.argv[2:]):
+            rebuild_reports(example)
+            print(f"rebuilt {example}")
+        return 0
     p = argparse.ArgumentParser()
     p.add_argument("run", type=Path)
     p.add_argument("dest", type=Path)

@@ -136,8 +136,11 @@ def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
         if outcome is Outcome.INCONCLUSIVE:
             s = starts_to_decide(e, w, m, alpha)
             more = None if s is None else s - min(e.n_base, e.n_cand)
-        detail = (f"{100 * rel:+.2f}% worse, {100 * (1 - alpha):.4g}% interval [{100 * lo:+.2f}%, {100 * hi:+.2f}%] "
-                  f"vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
+        # The interval is of the change toward worse (what the margin bounds); the lead says which
+        # way the estimate went in plain words, so "-2.7% worse" never has to be decoded.
+        lead = f"{100 * abs(rel):.2f}% {'worse' if rel > 0 else 'better'}"
+        detail = (f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
+                  f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
         if outcome is Outcome.INCONCLUSIVE:
             detail += (f"; about {more} more server start(s) per arm would likely decide it" if more is not None else
                        "; at the observed spread not even 50 server starts per arm would likely decide it (the "

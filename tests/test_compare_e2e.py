@@ -29,7 +29,7 @@ pytestmark = [needs_server, pytest.mark.server]
 SMALL = ["--set", "gates.performance=[{metric: median_tpot_ms, max_worse_pct: 900}]",
          "--set", "workload.num_prompts=12", "--set", "workload.repeats=1", "--set", "workload.warmup_requests=2",
          "--set", "accuracy.limit={gsm8k: 4, vse_count: 24}", "--set", "accuracy.num_fewshot=2",
-         "--set", "accuracy.max_gen_toks=64", "--set", "agreement.num_prompts=6"]
+         "--set", "accuracy.max_gen_toks=32", "--set", "agreement.num_prompts=6"]
 
 
 def cli(*args, reports: Path, timeout=1200, **kw):
@@ -138,7 +138,9 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
     run, _ = smoke
     token, key = "hf_PLANTEDtoken8472", "sk-PLANTEDkey5931"
     env = {**os.environ, "VSE_TEST_TOKEN": token, "VSE_TEST_KEY": key}
-    r = cli(*SMALL, "--base-run", str(run), "--set", "server.api_key_env=VSE_TEST_KEY",
+    # an A/A with one candidate start: the key and the token are what is under test, and fp32 runs
+    # at full speed on every CPU (bf16 is emulated, 2.6x slower, without AVX-512)
+    r = cli(*SMALL, "--aa", "--base-run", str(run), "--set", "run.server_starts=1", "--set", "server.api_key_env=VSE_TEST_KEY",
             "--set", "accuracy.max_gen_toks=16",  # lm-eval must send the key; its answers' length is not the point
             "--set", "server.env={VLLM_CPU_KVCACHE_SPACE: '2', HF_TOKEN: '${VSE_TEST_TOKEN}'}",
             reports=tmp_path, env=env)
@@ -161,6 +163,7 @@ def test_a_candidate_whose_requests_fail_fails_its_gate(smoke, tmp_path):
     fail the run and name the error."""
     run, _ = smoke
     r = cli(*SMALL, "--base-run", str(run), "--set", "accuracy.enabled=false", "--set", "agreement.enabled=false",
+            "--set", "run.server_starts=1",  # one start shows it; every request fails either way
             "--set", "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}", reports=tmp_path)
     assert r.returncode == 1, r.stderr[-2000:]
     (new,) = run_dirs(tmp_path)

@@ -51,6 +51,25 @@ def ratio_lines(res: dict, max_num_seqs: int | None, level: str = "##") -> list[
                for b, d in sorted(rt.items())] + [""])
 
 
+def error_lines(res: dict, level: str = "##") -> list[str]:
+    """Each backend's worst error against the float32 reference, per shape (over every M): the
+    kernels' own numerics, which output agreement between two arms cannot be tighter than."""
+    worst: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in _ok(res):
+        if r.get("max_rel_error") is not None:
+            w = worst[r["backend"]]
+            w[r["shape"]] = max(w.get(r["shape"], 0.0), r["max_rel_error"])
+    if not worst:
+        return []
+    shapes = list(dict.fromkeys(r["shape"] for r in _ok(res)))
+    return ([f"{level} Error against a float32 reference (max |out - ref| / max |ref|, worst over M)", "",
+             "bf16 rounding of the output alone is about 0.2%; more is the kernel's accumulation. Two arms' "
+             "outputs cannot agree more closely than their kernels' errors allow.", "",
+             "| Backend | " + " | ".join(shapes) + " |", "|---|" + "---:|" * len(shapes)]
+            + [f"| {b} | " + " | ".join(f"{100 * w[s]:.2f}%" if s in w else "n/a" for s in shapes) + " |"
+               for b, w in sorted(worst.items(), key=lambda kv: (kv[0] != REFERENCE, kv[0]))] + [""])
+
+
 def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run") -> list[str]:
     """What `make compare` shows of a GEMM benchmark made in the same run (gemm/ in its directory)
     or given to `make report GEMM=...`."""
@@ -59,7 +78,7 @@ def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run
     return ([f"## FP8 GEMMs of this model on this GPU (make gemm-bench, {source})", "",
              f"Measured ceiling {ceil_:,.0f} TFLOP/s" + (f" (datasheet {datasheet(res.get('gpu', '')):,.0f})"
                                                          if datasheet(res.get("gpu", "")) else "") + "; per shape and "
-             f"M in {where}.", ""] + ratio_lines(res, max_num_seqs, "###"))
+             f"M in {where}.", ""] + ratio_lines(res, max_num_seqs, "###") + error_lines(res, "###"))
 
 
 PREDICTED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_first_wave_ms")
@@ -112,7 +131,7 @@ def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
          "beyond the L2 cache. Activation quantization is not timed.", ""]
     for b, err in res.get("errors", {}).items():
         L.append(f"- **{b} could not run**: {err}")
-    L += ratio_lines(res, max_num_seqs)
+    L += ratio_lines(res, max_num_seqs) + error_lines(res)
     by_shape: dict[str, dict[int, dict[str, dict]]] = defaultdict(lambda: defaultdict(dict))
     for r in res["results"]:
         by_shape[(r["shape"], r["k"], r["n"])][r["m"]][r["backend"]] = r

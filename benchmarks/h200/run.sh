@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|gemm|whatif|whatif-diag|agreement
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|gemm|whatif|whatif-diag|agreement
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -43,6 +43,12 @@ case ${1:-} in
     # the newest run directory (one with run.json: reports/examples is newer on a fresh copy)
     run=${RUN:-$(dirname "$(ls -t reports/*/run.json | head -1)")}
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
+  sweep)  # where the A/B's difference comes from by load: CUTLASS vs torch at more concurrencies on the
+    # same starts (a fixed design: 2 starts per arm, no sequential looks); then `more` until done
+    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET \
+        --sweep "${SWEEP:-max_concurrency=16,64,256}" --set run.max_server_starts=null --set run.server_starts=2 \
+        --set workload.num_prompts=128 --set workload.repeats=1 --set agreement.enabled=false $SET_ARGS
+      echo "exit code: $?"; } 2>&1 | tee "$OUT/sweep.log"; pack sweep ;;
   whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1)
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
   whatif-diag)  # is the what-if crash (reports/examples/h200-cutlass-vs-flashinfer-whatif) FlashInfer's tuned
@@ -64,5 +70,5 @@ case ${1:-} in
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|gemm|whatif|whatif-diag|agreement"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|gemm|whatif|whatif-diag|agreement"; exit 2 ;;
 esac

@@ -197,6 +197,7 @@ def render(a: Analysis) -> str:
         a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
         fmt_pct=fmt_pct, num=markdown.num, autotune=markdown.autotune_text, md=lambda t: Markup(_inline_md(t)), gates=a.gates, roles=markdown.gated_roles(a),
         design=markdown.design_text(a) if a.comparison else "",
+        workload=markdown.workload_text(a),
         telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a),
         gemm_header=gemm.PREDICTION_HEADER, gemm_rows=gemm.prediction_rows(a.gemm_prediction, a.comparison)
         if a.gemm_prediction else [], gemm_text=gemm.prediction_text(a.gemm_prediction, a.gemm_prediction_note),

@@ -75,6 +75,18 @@ def autotune_text(sv: dict) -> str:
     return f"{cached}; {t['autotune_s']} s" if t.get("autotune_s") is not None else cached
 
 
+def workload_text(a: Analysis) -> str:
+    """The workload and the design; a sequential design says how many starts it made, not only
+    how many it planned first."""
+    s, w = a.scenario, a.scenario.workload
+    made = [len({d.start for d in a.arms[n].repeat_data}) if n in a.arms else 0 for n in ("baseline", "candidate")]
+    return (f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
+            f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
+            + (f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
+               if s.run.max_server_starts else "")
+            + f", {w.repeats} run(s) per start, starts in A B B A order")
+
+
 def design_text(a: Analysis) -> str:
     b, c = a.arms["baseline"], a.arms["candidate"]
     nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
@@ -96,17 +108,12 @@ def _arm_title(arm: ArmAnalysis, role: str) -> str:
 
 def render(a: Analysis) -> str:
     s = a.scenario
-    w = s.workload
     b, c = a.arms.get("baseline"), a.arms.get("candidate")
     L = [f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}", "",
          headline(a), "",
          f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
          f"- Model: {a.run.get('model', s.model.describe())}",
-         f"- Workload: {w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, "
-         f"{w.num_prompts} prompts, concurrency {w.max_concurrency or 'unlimited'}, "
-         f"{s.run.server_starts} server start(s) per arm"
-         + (f" (sequential, up to {s.run.max_server_starts})" if s.run.max_server_starts else "")
-         + f", {w.repeats} run(s) per start, starts in A B B A order"]
+         f"- Workload: {workload_text(a)}"]
     if s.model.weights_are_random:
         L.append(f"- **Weights are random ({s.model.random_weights_kind})**: speed is real, accuracy was not measured.")
     for note in a.notes:

@@ -15,7 +15,6 @@ import argparse
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -71,16 +70,17 @@ def rebuild_reports(example: Path) -> None:
     """The example's reports from its packed raw data, so what is committed is what it rebuilds to.
     Rebuilt as reports/<the original run's name>, so the reports name the run as it was made."""
     root = Path(__file__).resolve().parents[1]
-    original = Path(json.loads((example / "results.json").read_text())["run_dir"]).name
+    res = json.loads((example / "results.json").read_text())
+    original = Path(res["run_dir"]).name
     # an example built with a GEMM benchmark (make report GEMM=...) is rebuilt with it again
-    summary = example / "summary.md"
-    gemm = re.search(r"GEMM=(\S+?)`", summary.read_text()) if summary.is_file() else None
-    extra = ["--gemm", gemm.group(1)] if gemm else []
+    gemm = (res.get("gemm_prediction") or {}).get("gemm_source")
+    gemm = None if gemm in (None, "same run") else gemm
+    extra = ["--gemm", gemm] if gemm else []
     with tempfile.TemporaryDirectory() as tmp:
         run = unpack(example, Path(tmp) / "reports", original)
         if gemm:  # at the same relative path, so the reports name it as the README does
-            (Path(tmp) / gemm.group(1)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(root / gemm.group(1), Path(tmp) / gemm.group(1))
+            (Path(tmp) / gemm).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(root / gemm, Path(tmp) / gemm)
         subprocess.run([sys.executable, "-m", "eval.cli", "report", f"reports/{original}", *extra], cwd=tmp,
                        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
         for name in REPORTS:

@@ -48,6 +48,11 @@ class ArmAnalysis:
     gpu_series: list[dict] = field(default_factory=list)  # per repeat: GPU -> sampled series (plots)
 
     @property
+    def starts(self) -> int:
+        """Server starts with at least one run: the replication unit the intervals are built on."""
+        return len({d.start for d in self.repeat_data})
+
+    @property
     def kernels(self) -> list[str | None]:
         return [s.get("selected_kernel") for s in self.servers]
 
@@ -210,7 +215,7 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
 
 def look_of(s: Scenario, arms: dict[str, ArmAnalysis]) -> int:
     """Which planned look this data is: one at server_starts, one more per extra start per arm."""
-    starts = min((len({d.start for d in arms[n].repeat_data}) for n in ARMS if n in arms), default=0)
+    starts = min((arms[n].starts for n in ARMS if n in arms), default=0)
     return max(1, min(starts - s.run.server_starts + 1, s.run.looks))
 
 

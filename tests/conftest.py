@@ -31,3 +31,19 @@ needs_tokenizer = pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), r
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> str:
     return str(MODEL)
+
+
+def steps_rebuilt_and_counted(run: Path) -> list[tuple[Path, int, float]]:
+    """Per run of `run` (every arm): (its meta file, engine steps rebuilt from its token streams,
+    steps vLLM counted itself in vllm:iteration_tokens_total)."""
+    import json
+
+    from eval.gemm_predict import rebuild_steps
+    from eval.records import read_jsonl
+
+    out = []
+    for meta in sorted(run.glob("*/bench-*.meta.json")):
+        server = json.loads(meta.read_text())["server_metrics_delta"]["vllm:iteration_tokens_total_count"]
+        rebuilt = len(rebuild_steps(read_jsonl(meta.with_name(meta.name.replace(".meta.json", ".jsonl")))).t_ns)
+        out.append((meta, rebuilt, server))
+    return out

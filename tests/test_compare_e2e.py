@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_server
+from conftest import ROOT, needs_server, steps_rebuilt_and_counted
 
 
 pytestmark = [needs_server, pytest.mark.server]
@@ -107,15 +107,11 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
 def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
     """eval/gemm_predict.py rebuilds the engine steps from chunk arrivals; vLLM counts them itself
     (vllm:iteration_tokens_total). Seen here: 129-130 steps per run, equal in every run."""
-    from eval.gemm_predict import rebuild_steps
-    from eval.records import read_jsonl
-
     run, _ = smoke
-    for arm in ("baseline", "candidate"):
-        for meta in sorted((run / arm).glob("bench-*.meta.json")):
-            server = json.loads(meta.read_text())["server_metrics_delta"]["vllm:iteration_tokens_total_count"]
-            rebuilt = len(rebuild_steps(read_jsonl(meta.with_name(meta.name.replace(".meta.json", ".jsonl")))).t_ns)
-            assert abs(rebuilt - server) <= max(2, 0.02 * server), (arm, meta.name, rebuilt, server)
+    seen = steps_rebuilt_and_counted(run)
+    assert {m.parent.name for m, _, _ in seen} == {"baseline", "candidate"}
+    for meta, rebuilt, server in seen:
+        assert abs(rebuilt - server) <= max(2, 0.02 * server), (meta, rebuilt, server)
 
 
 def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):

@@ -2,15 +2,19 @@
 GEMM time interpolated from gemm.json, and the predicted end-to-end change."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, steps_rebuilt_and_counted
 from eval import gemm_predict
 from eval.gemm_predict import GemmTable, predict, rebuild_steps
-from eval.records import RequestRecord, read_jsonl
 from eval.models import ARCHITECTURES
+from eval.records import RequestRecord, read_jsonl
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from pack_example import unpack  # noqa: E402
 
 MS = 1_000_000  # ns
 
@@ -96,10 +100,6 @@ def test_the_h200_ab_steps_and_prediction(tmp_path):
     """The committed H200 A/B (CUTLASS vs torch) with the committed H200 gemm-bench: every token is
     in a step, decode batches are the concurrency, and the kernels explain the throughput change
     within a few points (measured +2.73%)."""
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from pack_example import unpack
-
     run = unpack(ROOT / "reports" / "examples" / "h200-cutlass-vs-torch", tmp_path)
     recs = read_jsonl(run / "baseline" / "bench-0.jsonl")
     st = rebuild_steps(recs)
@@ -117,15 +117,9 @@ def test_the_h200_steps_rebuilt_match_vllms_own_count_in_every_run(tmp_path):
     """On the H200 (async scheduling, CUDA graphs, 3,100 steps per run) the rebuilt steps must
     still be vLLM's own steps (vllm:iteration_tokens_total): seen 1-47 apart per run (at most 1.5%:
     a step split or merged where arrivals straddle the gap), 3 apart on average over 16 runs."""
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from pack_example import unpack
-
     run = unpack(ROOT / "reports" / "examples" / "h200-cutlass-vs-torch", tmp_path)
     diffs = []
-    for meta in sorted(run.glob("*/bench-*.meta.json")):
-        server = json.loads(meta.read_text())["server_metrics_delta"]["vllm:iteration_tokens_total_count"]
-        rebuilt = len(rebuild_steps(read_jsonl(meta.with_name(meta.name.replace(".meta.json", ".jsonl")))).t_ns)
+    for meta, rebuilt, server in steps_rebuilt_and_counted(run):
         assert abs(rebuilt - server) <= 0.02 * server, (meta, rebuilt, server)
         diffs.append((rebuilt - server) / server)
     assert len(diffs) == 16 and abs(np.mean(diffs)) < 0.005, diffs

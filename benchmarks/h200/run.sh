@@ -24,7 +24,9 @@ BUDGET=${BUDGET:-500}
 cli() { python3 -m eval.cli compare --scenario $SC "$@"; }
 # The run directory as parts of at most 15 MB (the device tool returns files of up to 16 MiB; a
 # 3+3-start run is ~30 MB): cat $1.tar.xz.part_* | tar xJf - here.
-pack() { local d=${2:-$(dirname "$(ls -t reports/*/run.json | head -1)")}; tar -I 'xz -T0 -1' -cf - --exclude=model -C reports "$(basename "$d")" | split -b 15M - "$OUT/$1.tar.xz.part_"; echo "packed $d"; }
+# the newest run directory (one with run.json: reports/examples is newer on a fresh copy)
+newest_run() { dirname "$(ls -t reports/*/run.json | head -1)"; }
+pack() { local d=${2:-$(newest_run)}; tar -I 'xz -T0 -1' -cf - --exclude=model -C reports "$(basename "$d")" | split -b 15M - "$OUT/$1.tar.xz.part_"; echo "packed $d"; }
 LIMIT=${LIMIT:-570}  # SIGTERM before the device's limit: the suite stops its servers and keeps what it measured
 case ${1:-} in
   preflight)
@@ -40,8 +42,7 @@ case ${1:-} in
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
-    # the newest run directory (one with run.json: reports/examples is newer on a fresh copy)
-    run=${RUN:-$(dirname "$(ls -t reports/*/run.json | head -1)")}
+    run=${RUN:-$(newest_run)}
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
   sweep)  # where the A/B's difference comes from by load: CUTLASS vs torch at more concurrencies on the
     # same starts (a fixed design: 2 starts per arm, no sequential looks); then `more` until done
@@ -62,7 +63,7 @@ case ${1:-} in
        --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
        --set workload.dataset.output_len=256 --set agreement.num_prompts=${PROMPTS:-16}"
     { time timeout -s TERM $((LIMIT - 200)) python3 -m eval.cli compare --scenario $SC --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
-    base=$(dirname "$(ls -t reports/*/run.json | head -1)")
+    base=$(newest_run)
     for f in ${FAULTS:-0:down_proj:1.02}; do IFS=: read -r l p x <<<"$f"
       { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
           --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"

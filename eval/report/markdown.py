@@ -79,7 +79,7 @@ def workload_text(a: Analysis) -> str:
     """The workload and the design; a sequential design says how many starts it made, not only
     how many it planned first."""
     s, w = a.scenario, a.scenario.workload
-    made = [len({d.start for d in a.arms[n].repeat_data}) if n in a.arms else 0 for n in ("baseline", "candidate")]
+    made = [a.arms[n].starts if n in a.arms else 0 for n in ("baseline", "candidate")]
     return (f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
             f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
             + (f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
@@ -90,7 +90,7 @@ def workload_text(a: Analysis) -> str:
 def design_text(a: Analysis) -> str:
     b, c = a.arms["baseline"], a.arms["candidate"]
     nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
-    sb, sc = len({d.start for d in b.repeat_data}), len({d.start for d in c.repeat_data})
+    sb, sc = b.starts, c.starts
     return (f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
             f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
             "server starts of each start's mean run value; the interval is a Welch t-interval across server starts "

@@ -243,6 +243,19 @@ def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     return out
 
 
+def _machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
+    """A run resumed on another machine: its machine-to-machine offset is inside the arm difference
+    wherever an arm's starts all ran on one machine and the other arm's on another."""
+    where = {n: [sv.get("machine") for sv in a.servers] for n, a in arms.items()}
+    machines = sorted({m for ms in where.values() for m in ms if m})
+    if len(machines) < 2:
+        return []
+    per_arm = "; ".join(f"{n}: " + ", ".join(f"start {i + 1} on {m or 'unrecorded'}" for i, m in enumerate(ms))
+                        for n, ms in where.items())
+    return [f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
+            f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."]
+
+
 def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysis]) -> list[GateResult]:
     g = s.gates
     if not s.accuracy.enabled:
@@ -300,10 +313,10 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     for n in ARMS:
         if getattr(s.arms, n).whatif:  # first, in every report format
             notes.insert(0, f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
-                            "GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. FlashInfer tunes "
-                            "its tactics when a server starts without cached ones (before it is healthy), so every "
-                            "measured run used tuned tactics; the servers table says what each start did.")
-    notes += _ttft_notes(arms)
+                            f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
+                            + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers) if n in arms and arms[n].servers
+                                                else getattr(s.arms, n).autotune])
+    notes += _ttft_notes(arms) + _machine_notes(arms)
     agree = self_agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):
         agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)

@@ -21,7 +21,7 @@ from .benchmark import run_repeat
 from .errors import SuiteError
 from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
-from .rundir import RunStatus, capture_environment, file_sha256, new_run_dir, read_json, write_json
+from .rundir import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from .scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
 from .redaction import redact, secret_values
 from .server import ServerConfig, VllmServer
@@ -61,6 +61,7 @@ class Orchestrator:
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
         self.server_count = sum(len(read_json(p)) for p in run_dir.glob("*/servers.json"))  # resume: go on
+        self.machine = machine_id()  # recorded with every server start: a RESUME may land on another machine
 
     def log(self, msg: str) -> None:
         self.console.print(f"[bold cyan]>[/] {msg}")
@@ -114,9 +115,12 @@ class Orchestrator:
     def start_server(self, arm: str) -> VllmServer:
         spec: ArmSpec = getattr(self.s.arms, arm)
         plugin = whatif.stage(self.run_dir / "whatif-plugin") if spec.whatif else None
-        cfg = ServerConfig(arm=arm, model=self.arm_model(arm), served_name=self.s.model.served_name, server=self.s.server,
-                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin)
         n = self.server_count
+        # Tuning afresh at every start keeps starts independent replicates (and off the cached-tactics
+        # path that crashed on the H200); the tactics chosen stay in the run directory.
+        cache = str(self.run_dir / arm / f"flashinfer-autotune-{n}") if spec.autotune else None
+        cfg = ServerConfig(arm=arm, model=self.arm_model(arm), served_name=self.s.model.served_name, server=self.s.server,
+                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin, autotune_cache=cache)
         self.server_count += 1
         srv = VllmServer(cfg, self.run_dir / arm / f"server-{n}.log")
         self.status.phase("start server", arm=arm, server=n)
@@ -145,7 +149,7 @@ class Orchestrator:
                         # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
                         # the H200) and before the server is healthy: every measured run is tuned.
                         "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
-                        "log": str(srv.log_path.relative_to(self.run_dir))})
+                        "machine": self.machine, "log": str(srv.log_path.relative_to(self.run_dir))})
         write_json(path, servers)
 
     def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int,
@@ -283,8 +287,10 @@ class Orchestrator:
             out += [(arm, i) for arm in (order if i % 2 == 0 else order[::-1])]
         return out
 
-    def start_estimate(self, arm: str, last_start_s: float) -> float:
-        return whatif.start_estimate(getattr(self.s.arms, arm).backend, self.starts_done(arm), last_start_s)
+    def start_estimate(self, arm: str, per_start: list[tuple[str, float]]) -> float:
+        same = [s for a, s in per_start if a == arm]
+        return whatif.start_estimate(getattr(self.s.arms, arm), self.starts_done(arm), same[-1] if same else None,
+                                     per_start[-1][1])
 
     def execute(self) -> None:
         if not self.opts.resume:
@@ -307,14 +313,14 @@ class Orchestrator:
             if start >= rs.server_starts and both == [start, start] and self.decided():
                 return  # a look between pairs beyond the first server_starts: every gate decided
             if rs.budget_s is not None and per_start and time.monotonic() - t0 + self.start_estimate(
-                    arm, per_start[-1]) > rs.budget_s:
+                    arm, per_start) > rs.budget_s:
                 self.status.data["stopped"] = f"time budget of {rs.budget_s:.0f} s spent; RESUME to add starts"
                 self.log(f"stopping: another server start would not fit the {rs.budget_s:.0f} s budget "
                          f"(RESUME={self.run_dir} BUDGET=... goes on)")
                 return
             t = time.monotonic()
             self.run_start(arm, start, with_checks=(start == 0))
-            per_start.append(time.monotonic() - t)
+            per_start.append((arm, time.monotonic() - t))
         if rs.max_server_starts:
             self.decided()
         self.gemm_bench(None if rs.budget_s is None else rs.budget_s - (time.monotonic() - t0))

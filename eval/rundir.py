@@ -105,6 +105,18 @@ def _cmd(argv: list[str], timeout: float = 20) -> str | None:
         return None
 
 
+def machine_id() -> str:
+    """A short name for this boot of this machine and its GPUs: a resumed run can continue on another
+    machine (a lent GPU is given back between calls) that reports the same hostname, driver and GPU
+    model, and its reports must say so. Linux's boot id changes with every boot, GPU UUIDs with the GPU."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = socket.gethostname()
+    uuids = _cmd(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"]) or ""
+    return hashlib.sha256(f"{boot}|{uuids}".encode()).hexdigest()[:12]
+
+
 _VERSIONS_PY = """
 import json, importlib.metadata as md
 out = {}

@@ -147,13 +147,26 @@ class ArmSpec(Strict):
     # What-if (opt-in): FlashInfer's per-tensor FP8 GEMM below compute capability 10.0 through the
     # suite's vLLM plugin; every report labels the arm as a configuration vLLM does not support.
     whatif: bool = False
+    # FlashInfer's GEMM autotuner at each server start (vLLM >= 0.26). None: vLLM's default (on),
+    # except on a what-if arm, where it is off: on the H200 a start that loaded tuned tactics from
+    # FlashInfer's cache crashed mid-run, while default tactics served 1,152 requests cleanly.
+    # true: every start tunes afresh into its own cache directory (3-6 min per start on the H200).
+    flashinfer_autotune: bool | None = None
     planted_fault: PlantedFault | None = None
 
     @model_validator(mode="after")
     def _whatif(self) -> "ArmSpec":
-        if self.whatif and self.backend != Backend.FLASHINFER:
-            raise ValueError(f"whatif is only for backend flashinfer (this arm: {self.backend.value})")
+        for key, on in (("whatif", self.whatif), ("flashinfer_autotune", self.flashinfer_autotune is not None)):
+            if on and self.backend != Backend.FLASHINFER:
+                raise ValueError(f"{key} is only for backend flashinfer (this arm: {self.backend.value})")
         return self
+
+    @property
+    def autotune(self) -> bool | None:
+        """Whether FlashInfer's autotuner runs at this arm's starts (None: not a FlashInfer arm, or vLLM decides)."""
+        if self.flashinfer_autotune is not None:
+            return self.flashinfer_autotune
+        return False if self.whatif else None
 
 
 class Arms(Strict):

@@ -81,6 +81,7 @@ class ServerConfig:
     load_format: str = "auto"
     port: int | None = None
     whatif_plugin: str | None = None  # staged plugin directory, for an arm with whatif: true
+    autotune_cache: str | None = None  # this start's own FlashInfer tactics cache (flashinfer_autotune: true)
 
     def install(self) -> VllmInstall:
         return self.spec.vllm or self.server.vllm
@@ -96,6 +97,8 @@ class ServerConfig:
         if self.load_format != "auto":
             a += ["--load-format", self.load_format]
         sel_args, _ = backends.selection_args(self.spec.backend, has_linear_backend_flag=s.linear_backend_flag)
+        if self.spec.autotune is not None:
+            sel_args = sel_args + ["--enable-flashinfer-autotune" if self.spec.autotune else "--no-enable-flashinfer-autotune"]
         return a + sel_args + list(s.extra_args) + list(self.spec.extra_args)
 
     def api_key(self) -> str | None:
@@ -117,6 +120,8 @@ class ServerConfig:
         env.update(self.spec.env)
         if self.spec.whatif and self.whatif_plugin:
             env.update(whatif.server_env(self.whatif_plugin, env))
+        if self.spec.autotune and self.autotune_cache:
+            env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = self.autotune_cache  # vLLM 0.26's override
         env.update(SAFE_GPU_ENV)  # an arm may not turn it back on
         if (key := self.api_key()) is not None:
             env["VLLM_API_KEY"] = key  # by environment, not --api-key: argv shows in logs and ps

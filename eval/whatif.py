@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from .backends import Backend
+from .scenario import ArmSpec
 from .errors import SuiteError
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins" / "vse-flashinfer-hopper"
@@ -18,6 +19,17 @@ PACKAGE = "vse_flashinfer_hopper"
 ENV = "VSE_FLASHINFER_WHATIF"
 MIN_CC = (8, 9)
 LABEL = "what-if: not a configuration vLLM supports on this GPU"
+# What the report says about the arm's GEMM tactics, by its effective flashinfer_autotune.
+TACTICS_NOTE = {
+    False: "Its GEMM tactics are FlashInfer's defaults (autotuner off, the what-if default: on the H200 a start "
+           "that loaded tuned tactics from FlashInfer's cache crashed mid-run); CUTLASS has no autotuner "
+           "either, so each arm runs its library's own heuristic choice.",
+    True: "FlashInfer tuned its tactics afresh at every server start, before it was healthy, into that start's "
+          "own cache (kept in the run directory): every measured run used tuned tactics and starts stay "
+          "independent; the servers table says what each start did.",
+    None: "FlashInfer tunes its tactics when a server starts without cached ones (before it is healthy), so "
+          "every measured run used tuned tactics; the servers table says what each start did.",
+}
 
 
 def stage(dest: Path) -> str:
@@ -46,16 +58,32 @@ _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})"
 AUTOTUNE_ALLOWANCE_S = 240.0  # FlashInfer tuning its FP8 GEMM tactics at a start without cached ones (H200: 197 s)
 
 
-def start_estimate(backend: Backend, starts_done: int, last_start_s: float) -> float:
-    """Seconds an arm's next server start will take, for the time budget: the last start's, plus
-    FlashInfer's tactic tuning at the arm's first start in this run (a budget that left it out cut
-    the H200 what-if arm's first start before it was healthy)."""
-    return last_start_s + (AUTOTUNE_ALLOWANCE_S if backend == Backend.FLASHINFER and starts_done == 0 else 0.0)
+def start_estimate(spec: ArmSpec, starts_done: int, same_arm_s: float | None, last_s: float) -> float:
+    """Seconds an arm's next server start (with its runs) will take, for the time budget: this arm's
+    last one in this call if it made one, else the last start's plus FlashInfer's tactic tuning
+    when it will tune (a budget that left tuning out cut the H200 what-if arm's first start
+    before it was healthy): at every start with flashinfer_autotune: true, at the arm's first
+    start when vLLM decides (its cache may be cold), never with autotuning off."""
+    if same_arm_s is not None:
+        return same_arm_s
+    tunes = spec.backend == Backend.FLASHINFER and (spec.autotune or (spec.autotune is None and starts_done == 0))
+    return last_s + (AUTOTUNE_ALLOWANCE_S if tunes else 0.0)
+
+
+def tactics_mode(servers: list[dict]) -> bool | None:
+    """The autotune setting an arm's servers really ran with, from their recorded command lines
+    (a report is rebuilt from what was recorded, not from today's defaults): the TACTICS_NOTE key."""
+    argv = [a for sv in servers for a in sv.get("argv") or []]
+    if "--no-enable-flashinfer-autotune" in argv:
+        return False
+    return True if "--enable-flashinfer-autotune" in argv else None
 
 
 def autotune_state(log_text: str) -> dict | None:
-    """What FlashInfer's autotuner did at this start (None: it did not run): the cache file,
-    whether tuned tactics were found there, and how long tuning took."""
+    """What FlashInfer's autotuner did at this start (None: no sign of it; {"disabled": True}:
+    switched off): the cache file, whether tuned tactics were found there, how long tuning took."""
+    if "Skipping FlashInfer autotune because it is disabled" in log_text:  # vLLM 0.26's line
+        return {"disabled": True}
     cache = re.search(r"Using FlashInfer autotune cache file: (\S+)", log_text)
     starts = re.findall(_TS + r".*Autotuning process starts", log_text)
     ends = re.findall(_TS + r".*Autotuning process ends", log_text)

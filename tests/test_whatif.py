@@ -133,9 +133,36 @@ def test_every_report_format_labels_the_whatif_arm(tmp_path):
     assert "WHAT-IF)" in (run / "summary.md").read_text()
 
 
-def test_the_time_budget_counts_flashinfer_tuning_at_the_arms_first_start():
-    from eval.backends import Backend
+def test_the_time_budget_counts_flashinfer_tuning_only_where_it_will_tune():
     from eval.whatif import AUTOTUNE_ALLOWANCE_S, start_estimate
-    assert start_estimate(Backend.FLASHINFER, 0, 150.0) == 150.0 + AUTOTUNE_ALLOWANCE_S
-    assert start_estimate(Backend.FLASHINFER, 1, 150.0) == 150.0  # tactics are cached by then
-    assert start_estimate(Backend.CUTLASS, 0, 150.0) == 150.0
+    fi, cutlass = load_scenario(H200, backend="flashinfer").arms.candidate, load_scenario(H200).arms.baseline
+    assert start_estimate(fi, 0, None, 150.0) == 150.0 + AUTOTUNE_ALLOWANCE_S  # vLLM decides: its cache may be cold
+    assert start_estimate(fi, 1, None, 150.0) == 150.0  # cached by then
+    assert start_estimate(cutlass, 0, None, 150.0) == 150.0
+    off = fi.model_copy(update={"whatif": True})  # a what-if arm: default tactics, no tuning
+    assert off.autotune is False and start_estimate(off, 0, None, 150.0) == 150.0
+    fresh = fi.model_copy(update={"flashinfer_autotune": True})  # tunes at every start
+    assert start_estimate(fresh, 3, None, 150.0) == 150.0 + AUTOTUNE_ALLOWANCE_S
+    assert start_estimate(fresh, 3, 420.0, 150.0) == 420.0  # this arm's own last start says it best
+
+
+def test_whatif_arms_run_default_tactics_unless_tuning_is_asked_for(tmp_path):
+    w = load_scenario(H200, backend="flashinfer", overrides=["arms.candidate.whatif=true"])
+    args = ServerConfig("candidate", "m", "m", w.server, w.arms.candidate).args()
+    assert "--no-enable-flashinfer-autotune" in args
+    assert not any("autotune" in a for a in ServerConfig("baseline", "m", "m", w.server, w.arms.baseline).args())
+    t = load_scenario(H200, backend="flashinfer",
+                      overrides=["arms.candidate.whatif=true", "arms.candidate.flashinfer_autotune=true"])
+    cfg = ServerConfig("candidate", "m", "m", t.server, t.arms.candidate, autotune_cache=str(tmp_path / "c"))
+    assert "--enable-flashinfer-autotune" in cfg.args()
+    assert cfg.env()["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] == str(tmp_path / "c")
+    # vLLM's own default (and its shared cache) on a supported FlashInfer arm
+    plain = load_scenario(H200, backend="flashinfer").arms.candidate
+    assert plain.autotune is None and not any("autotune" in a for a in
+                                             ServerConfig("candidate", "m", "m", t.server, plain).args())
+    with pytest.raises(ScenarioError, match="flashinfer_autotune is only for backend flashinfer"):
+        load_scenario(H200, backend="torch", overrides=["arms.candidate.flashinfer_autotune=false"])
+    assert whatif.autotune_state("INFO [kernel_warmup.py:119] Skipping FlashInfer autotune because it is disabled.") \
+        == {"disabled": True}
+
+

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|gemm|whatif|whatif-diag|agreement
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|gemm|whatif|agreement
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -50,14 +50,9 @@ case ${1:-} in
         --sweep "${SWEEP:-max_concurrency=16,64,256}" --set run.max_server_starts=null --set run.server_starts=2 \
         --set workload.num_prompts=128 --set workload.repeats=1 --set agreement.enabled=false $SET_ARGS
       echo "exit code: $?"; } 2>&1 | tee "$OUT/sweep.log"; pack sweep ;;
-  whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1)
+  whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1);
+    # FlashInfer's default tactics unless SET has arms.candidate.flashinfer_autotune=true
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
-  whatif-diag)  # is the what-if crash (reports/examples/h200-cutlass-vs-flashinfer-whatif) FlashInfer's tuned
-    # tactics? Dummy weights, one start per arm, 3 runs each, the FlashInfer arm without autotuning.
-    Q="--set workload.repeats=3 --set run.server_starts=1 --set run.max_server_starts=1 --set run.gemm_bench=false
-       --set accuracy.enabled=false --set agreement.enabled=false --set arms.candidate.whatif=true
-       --set arms.candidate.extra_args=[--no-enable-flashinfer-autotune] --set arms.candidate.label=flashinfer-untuned"
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --budget $BUDGET $Q $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif-diag.log"; pack whatif-diag ;;
   agreement)  # realistic weights, eager, one start per arm: CUTLASS vs torch, then CUTLASS vs CUTLASS with a planted fault
     Q="$REALISTIC --set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
        --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
@@ -71,5 +66,5 @@ case ${1:-} in
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|gemm|whatif|whatif-diag|agreement"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|gemm|whatif|agreement"; exit 2 ;;
 esac

@@ -71,6 +71,8 @@ def autotune_text(sv: dict) -> str:
     t = sv.get("flashinfer_autotune")
     if not t:
         return "not run"
+    if t.get("disabled"):
+        return "off (default tactics)"
     cached = "tactics cached" if t.get("cache_entries_found") else "no cached tactics"
     return f"{cached}; {t['autotune_s']} s" if t.get("autotune_s") is not None else cached
 

@@ -107,3 +107,18 @@ def test_a_gemm_bench_from_another_gpu_gives_no_prediction(tmp_path):
     assert "No prediction: the GEMM timings were made on NVIDIA B200, this run on NVIDIA H200" in (run / "summary.md").read_text()
     missing = report(run, "--gemm", tmp_path / "nothing.json")
     assert missing.returncode == 2 and "no such file" in missing.stderr + missing.stdout
+
+
+def test_the_h200_ab_cut_to_its_first_starts_gives_the_readmes_look_1_numbers():
+    """benchmarks/first_starts.py: the A/B as a design that stopped at 3 + 3 starts (README's
+    gate-choice numbers); at 4 + 4 it is the committed report again."""
+    def run(n):
+        out = subprocess.run([sys.executable, "benchmarks/first_starts.py", "reports/examples/h200-cutlass-vs-torch",
+                              str(n)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+    three, four = run(3), run(4)
+    assert "(3 + 3 analysed)" in three and "median_itl_ms: -2.61% [-3.22%, -2.01%] (95% half-width 0.60%)" in three
+    assert "median_tpot_ms: -3.40% [-4.95%, -1.82%] (95% half-width 1.56%)" in three
+    committed = (ROOT / "reports" / "examples" / "h200-cutlass-vs-torch" / "summary.md").read_text()
+    assert "median_itl_ms: -2.80% [-3.28%, -2.32%]" in four and "| -2.80% | [-3.28%, -2.32%] |" in committed

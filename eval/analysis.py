@@ -24,8 +24,10 @@ ARMS = ("baseline", "candidate")
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED = 0, 1, 2, 3, 4
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
 # smallest deviation worth calling a disturbance: well above the run-to-run noise seen on the
-# H200 (throughput 0.04-0.4%, median TPOT 0.3-1.3%, and 2% between server starts made 15 minutes apart).
-HEALTH_METRICS = {"output_throughput": 0.02, "median_tpot_ms": 0.03}
+# H200 (throughput 0.04-0.4%, median ITL under 1%, and 2% between server starts made 15 minutes
+# apart). Not median TPOT: on a closed loop it takes one of two values 2-3% apart by how the
+# waves arrive, and a run in the rarer mode is not disturbed (the H200 A/A lost one that way).
+HEALTH_METRICS = {"output_throughput": 0.02, "median_itl_ms": 0.03}
 
 
 @dataclass

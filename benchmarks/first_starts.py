@@ -22,13 +22,13 @@ DEFAULT = ("output_throughput", "median_itl_ms", "median_tpot_ms", "median_ttft_
 def truncate(run: Path, starts: int) -> None:
     """Keep each arm's first `starts` server starts and the runs they made."""
     for arm in ("baseline", "candidate"):
-        metas = sorted(run.glob(f"{arm}/bench-*.meta.json"))
-        measured = {json.loads(m.read_text()).get("server") for m in metas}  # a start cut off has no run
+        server_of = {m: json.loads(m.read_text()).get("server") for m in run.glob(f"{arm}/bench-*.meta.json")}
+        measured = set(server_of.values())  # a start cut off by a time limit has no run
         servers = [sv for sv in json.loads((run / arm / "servers.json").read_text()) if sv["server"] in measured]
         keep = {sv["server"] for sv in servers[:starts]}
         (run / arm / "servers.json").write_text(json.dumps(servers[:starts]))
-        for meta in metas:
-            if json.loads(meta.read_text()).get("server") not in keep:
+        for meta, server in server_of.items():
+            if server not in keep:
                 for f in run.glob(f"{arm}/{meta.name.split('.')[0]}.*"):
                     f.unlink()
 

@@ -316,8 +316,8 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         if getattr(s.arms, n).whatif:  # first, in every report format
             notes.insert(0, f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
                             f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
-                            + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers) if n in arms and arms[n].servers
-                                                else getattr(s.arms, n).autotune])
+                            + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [],
+                                                                      getattr(s.arms, n))])
     notes += _ttft_notes(arms) + _machine_notes(arms)
     agree = self_agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):

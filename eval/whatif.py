@@ -70,9 +70,12 @@ def start_estimate(spec: ArmSpec, starts_done: int, same_arm_s: float | None, la
     return last_s + (AUTOTUNE_ALLOWANCE_S if tunes else 0.0)
 
 
-def tactics_mode(servers: list[dict]) -> bool | None:
+def tactics_mode(servers: list[dict], spec: ArmSpec) -> bool | None:
     """The autotune setting an arm's servers really ran with, from their recorded command lines
-    (a report is rebuilt from what was recorded, not from today's defaults): the TACTICS_NOTE key."""
+    (a report is rebuilt from what was recorded, not from today's defaults), or the scenario's for
+    an arm that started no server yet: the TACTICS_NOTE key."""
+    if not servers:
+        return spec.autotune
     argv = [a for sv in servers for a in sv.get("argv") or []]
     if "--no-enable-flashinfer-autotune" in argv:
         return False

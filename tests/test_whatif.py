@@ -164,5 +164,9 @@ def test_whatif_arms_run_default_tactics_unless_tuning_is_asked_for(tmp_path):
         load_scenario(H200, backend="torch", overrides=["arms.candidate.flashinfer_autotune=false"])
     assert whatif.autotune_state("INFO [kernel_warmup.py:119] Skipping FlashInfer autotune because it is disabled.") \
         == {"disabled": True}
+    # the report's note follows what the servers ran with, else (none started yet) the scenario
+    assert whatif.tactics_mode([{"argv": ["serve", "--no-enable-flashinfer-autotune"]}], plain) is False
+    assert whatif.tactics_mode([{"argv": ["serve"]}], w.arms.candidate) is None  # recorded before the flag existed
+    assert whatif.tactics_mode([], w.arms.candidate) is False and whatif.tactics_mode([], t.arms.candidate) is True
 
 

@@ -29,7 +29,8 @@ BUDGET ?=
 MAX_STARTS ?=
 SWEEP ?=
 WHATIF ?=
-AUTOTUNE ?=  # FlashInfer arm: 1 = tune afresh at every start, 0 = default tactics (unset: the scenario's)
+# FlashInfer arm: 1 = tune afresh at every start, 0 = default tactics (unset: the scenario's)
+AUTOTUNE ?=
 
 .PHONY: compare report gemm-bench history trend qualify test setup setup-gpu-carry check clean-venv
 
@@ -46,7 +47,7 @@ compare: $(SUITE_ENV)
 		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa) \
 		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
 		$(if $(WHATIF),--set arms.candidate.whatif=true) \
-		$(if $(filter 1,$(AUTOTUNE)),--set arms.candidate.flashinfer_autotune=true)$(if $(filter 0,$(AUTOTUNE)),--set arms.candidate.flashinfer_autotune=false)
+		$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(AUTOTUNE))
 
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json]"; exit 2; }

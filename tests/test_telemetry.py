@@ -76,8 +76,7 @@ def test_recorded_h200_samples_parse():
 
 def test_a_planted_thermal_slowdown_is_flagged_and_the_power_cap_is_not(tmp_path):
     """The committed H200 A/A, unchanged: every run sat at the power limit part of the time and no
-    run is listed for it (one is, for its median TPOT). Plant a thermal slowdown into one run's NVML
-    samples: that run is listed."""
+    run is listed for it. Plant a thermal slowdown into one run's NVML samples: that run is listed."""
     import sys
     from conftest import ROOT
     from eval.analysis import analyze
@@ -97,3 +96,25 @@ def test_a_planted_thermal_slowdown_is_flagged_and_the_power_cap_is_not(tmp_path
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     (d,) = slow(analyze(run))
     assert (d["arm"], d["run"]) == ("candidate", 3) and "hw_thermal_slowdown" in d["why"]
+
+
+def test_a_slow_decode_step_is_a_disturbed_run_and_the_rarer_tpot_mode_is_not(tmp_path):
+    """The committed H200 A/A has a run whose median TPOT sat 3.3% below its arm's (the closed
+    loop's rarer wave mode, its median ITL in line): not disturbed. The same run with every
+    inter-token gap 5% longer (a slow decode step) is listed and left out of its start's mean."""
+    import sys
+    from conftest import ROOT
+    from eval.analysis import analyze, find_disturbed
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pack_example import unpack
+
+    a = analyze(unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path))
+    assert a.disturbed == []
+    tpot = [float(np.median(d.tpot)) for d in a.arms["baseline"].repeat_data]
+    i = int(np.argmin(tpot))
+    assert tpot[i] < 0.97 * float(np.median(tpot))  # the rarer mode is there, and kept
+    a.arms["baseline"].repeat_data[i].itl = [x * 1.05 for x in a.arms["baseline"].repeat_data[i].itl]
+    excluded, listed = find_disturbed(a.arms, a.scenario.workload.percentiles)
+    assert excluded == {"baseline": {i}} and [(d["arm"], d["run"]) for d in listed] == [("baseline", i + 1)]
+    assert "Median ITL" in listed[0]["why"]
+

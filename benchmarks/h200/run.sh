@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|gemm|whatif|agreement
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -63,8 +63,15 @@ case ${1:-} in
       { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
           --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"
         echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-fault-$l.log"; pack agree-fault-$l; done ;;
+  speed)  # does the realistic checkpoint serve at the dummy-weights speed? The same checkpoint directory,
+    # CUTLASS both arms; the baseline loads it with --load-format dummy (vLLM's +-0.001 weights), the
+    # candidate its written weights. One start per arm, 3 runs each: a quick look (SET for more)
+    Q="$REALISTIC --set run.gemm_bench=false --set agreement.enabled=false --set run.server_starts=1
+       --set run.max_server_starts=1 --set workload.repeats=3 --set arms.baseline.extra_args=[--load-format,dummy]
+       --set arms.baseline.label=cutlass-dummy-weights --set arms.candidate.label=cutlass-realistic-weights"
+    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend cutlass --budget $BUDGET $Q $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/speed.log"; pack speed ;;
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|gemm|whatif|agreement"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement"; exit 2 ;;
 esac

@@ -39,18 +39,32 @@ def _to_us(rec: dict) -> dict:
     return rec
 
 
+def point_dirs(run: Path) -> list[Path]:
+    """A load sweep's points (run.sweep): run directories of their own under sweep/."""
+    return sorted(d for d in (run / "sweep").glob("*") if (d / "run.json").is_file())
+
+
 def raw_members(run: Path, arms: list[str]):
+    yield from _arm_members(run, arms, "")
+    for d in point_dirs(run):  # each point's scenario and records; its run and environment are the run's
+        rel = f"sweep/{d.name}/"
+        for name in ("scenario.yaml", "run.json", "environment.json"):
+            yield rel + name, (d / name).read_bytes()
+        yield from _arm_members(d, arms, rel)
+
+
+def _arm_members(run: Path, arms: list[str], prefix: str):
     for arm in arms:
         d = run / arm
         for f in sorted(d.glob("bench-*.jsonl")):
             lines = [ln for ln in f.read_text().splitlines() if ln and '"phase":"warmup"' not in ln]
             if not f.name.endswith(".gpu.jsonl"):
                 lines = [json.dumps(_to_us(json.loads(ln)), separators=(",", ":")) for ln in lines]
-            yield f"{arm}/{f.name}", ("\n".join(lines) + "\n").encode()
+            yield f"{prefix}{arm}/{f.name}", ("\n".join(lines) + "\n").encode()
         for pattern in ("bench-*.meta.json", "servers.json", "agreement*.jsonl", "accuracy/accuracy.json",
                         "accuracy/status.json"):
             for f in sorted(d.glob(pattern)):
-                yield f"{arm}/{f.relative_to(d)}", f.read_bytes()
+                yield f"{prefix}{arm}/{f.relative_to(d)}", f.read_bytes()
 
 
 def unpack(example: Path, dest: Path, name: str | None = None) -> Path:
@@ -85,6 +99,10 @@ def rebuild_reports(example: Path) -> None:
                        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
         for name in REPORTS:
             shutil.copy(run / name, example / name)
+        for d in point_dirs(run):  # each load point's own reports, where the run's summary links them
+            (example / "sweep" / d.name).mkdir(parents=True, exist_ok=True)
+            for name in REPORTS:
+                shutil.copy(d / name, example / "sweep" / d.name / name)
 
 
 def main() -> int:

@@ -353,13 +353,16 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     status = run.get("status")
     if status != "complete":
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
-    # A load sweep's points are run directories of their own (eval/sweep.py), each with its verdict.
-    points = [(label, analyze(d)) for label, d in sweep.point_dirs(run_dir, s) if (d / "run.json").is_file()]
+    # A load sweep's points are run directories of their own (eval/sweep.py), each with its verdict,
+    # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
+    own = run_dir / "gemm" / "gemm.json"
+    gemm_for_points = gemm_file if gemm_file is not None else own if own.is_file() else None
+    points = [(label, analyze(d, gemm_file=gemm_for_points)) for label, d in sweep.point_dirs(run_dir, s)
+              if (d / "run.json").is_file()]
     code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
     a = Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
                  agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
                  gate_alpha=gate_alpha, sweep=points)
-    own = run_dir / "gemm" / "gemm.json"
     if gemm_file is not None or own.is_file():
         a.gemm = read_json(gemm_file or own)
         a.gemm_source = str(gemm_file) if gemm_file is not None else "same run"

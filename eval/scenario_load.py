@@ -107,7 +107,18 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: li
         where = f"{_loc(err['loc'])}: " if err["loc"] else ""
         raise ScenarioError(f"{path}: {where}{msg}{more}") from None
     _check_files(path, scenario)
+    _check_sweep(path, scenario)
     return scenario
+
+
+def _check_sweep(path: Path, s: Scenario) -> None:
+    """A concurrency point above num_prompts never has more requests in flight than the run has:
+    it would measure num_prompts' concurrency under another label. Checked for new runs only (here,
+    not in the model): a run recorded with such a point still rebuilds, and its report says what ran."""
+    sw, n = s.run.sweep, s.workload.num_prompts
+    if sw is not None and sw.key == "max_concurrency" and (big := [v for v in sw.values if v > n]):
+        raise ScenarioError(f"{path}: run.sweep: max_concurrency={big[0]:g} is more than workload.num_prompts ({n}): "
+                            f"that point would never have more than {n} requests in flight")
 
 
 def _check_files(path: Path, s: Scenario) -> None:

@@ -106,9 +106,10 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
         duration = 1e-9
     ms = 1000.0
     # The first wave: the first `first_wave` requests sent (a concurrency limit's worth, all sent
-    # at once when the rate is unlimited). None: no such wave (an open-loop rate).
+    # at once when the rate is unlimited). None: no such wave (an open-loop rate). A run of no
+    # more requests than the limit is one wave: all of it (a sweep's high-concurrency points).
     by_send = sorted(rs, key=lambda r: (r.send_ns, r.index))
-    wave_ids = {id(r) for r in by_send[:first_wave]} if first_wave and first_wave < len(rs) else set()
+    wave_ids = {id(r) for r in by_send[:first_wave]} if first_wave else set()
     first = [r.ttft_s * ms for r in ok if id(r) in wave_ids]
     steady = [r.ttft_s * ms for r in ok if wave_ids and id(r) not in wave_ids]
     return RepeatData(

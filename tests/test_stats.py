@@ -219,3 +219,24 @@ def test_an_excluded_run_leaves_its_start_counted():
     cand = [RunValue(0, 100.0), RunValue(1, 100.2)]
     r = compare_values(THROUGHPUT, base, cand, 0.05)
     assert r.n_base == 2 and abs(r.rel_change) < 0.01
+
+
+def test_a_run_no_longer_than_one_wave_is_all_first_wave():
+    """A run with no more requests than the concurrency limit (a sweep's high-concurrency point) is
+    one burst into an idle server: all of it is the first wave (it had no first-wave TTFT at all,
+    so the gate on it could never decide there: the H200 sweep's c128 point with 128 prompts)."""
+    from eval.records import RequestRecord
+    from eval.stats import repeat_data
+
+    def rec(i: int, send_ms: int, ttft_ms: int) -> RequestRecord:
+        t0 = send_ms * 1_000_000
+        return RequestRecord(index=i, phase="measure", prompt_len=10, expected_output_len=2, scheduled_ns=0,
+                             send_ns=t0, chunk_ns=[t0 + ttft_ms * 1_000_000, t0 + (ttft_ms + 5) * 1_000_000],
+                             chunk_tokens=[1, 1], end_ns=t0 + (ttft_ms + 5) * 1_000_000, output_tokens=2, success=True)
+
+    burst = [rec(i, 0, 100 + i) for i in range(4)]
+    one_wave = repeat_data(burst, first_wave=8)
+    assert sorted(one_wave.ttft_first) == [100, 101, 102, 103] and len(one_wave.ttft_steady) == 0
+    two_waves = repeat_data(burst + [rec(4 + i, 200, 50) for i in range(4)], first_wave=4)
+    assert sorted(two_waves.ttft_first) == [100, 101, 102, 103] and list(two_waves.ttft_steady) == [50] * 4
+    assert len(repeat_data(burst, first_wave=None).ttft_first) == 0  # an open-loop rate has no wave

@@ -47,7 +47,7 @@ case ${1:-} in
   sweep)  # where the A/B's difference comes from by load: CUTLASS vs torch at more concurrencies on the
     # same starts (a fixed design: 2 starts per arm, no sequential looks); then `more` until done
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET \
-        --sweep "${SWEEP:-max_concurrency=16,64,256}" --set run.max_server_starts=null --set run.server_starts=2 \
+        --sweep "${SWEEP:-max_concurrency=16,64}" --set run.max_server_starts=null --set run.server_starts=2 \
         --set workload.num_prompts=128 --set workload.repeats=1 --set agreement.enabled=false $SET_ARGS
       echo "exit code: $?"; } 2>&1 | tee "$OUT/sweep.log"; pack sweep ;;
   whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1);

@@ -117,7 +117,7 @@ def render(a: Analysis) -> str:
          f"- Model: {a.run.get('model', s.model.describe())}",
          f"- Workload: {workload_text(a)}"]
     if s.model.weights_are_random:
-        L.append(f"- **Weights are random ({s.model.random_weights_kind})**: speed is real, accuracy was not measured.")
+        L.append(f"- **Weights are random ({s.model.random_weights_kind})**: {s.model.random_weights_note}")
     for note in a.notes:
         L.append(f"- Note: {note}")
     if a.sweep:

@@ -10,8 +10,9 @@ from ..analysis import Analysis, fmt_pct
 from ..decide import Outcome
 from .plots import plt, svg
 
-SHOWN = (("output_throughput", "Output tok/s"), ("median_tpot_ms", "Median TPOT (ms)"),
-         ("median_ttft_ms", "Median TTFT (ms)"))
+SHOWN = (("output_throughput", "Output tok/s"), ("median_itl_ms", "Median ITL (ms)"),
+         ("median_tpot_ms", "Median TPOT (ms)"), ("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)"))
+PREDICTED = (("output_throughput", "throughput"), ("median_itl_ms", "ITL"))
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 
 
@@ -46,14 +47,32 @@ def _verdict(p: Analysis) -> str:
     return f"{word} (exit {p.exit_code})"
 
 
-HEADER = ["Load point", *(label for _, label in SHOWN), "Performance gates", "Verdict", "Report"]
+def _predicted(p: Analysis) -> str:
+    """What the FP8 GEMM timings alone predict at this point (eval/gemm_predict.py), when the run has them."""
+    pred = p.gemm_prediction
+    if pred is None:
+        return "n/a"
+    return ", ".join(f"{word} {pred.predicted_pct[k]:+.2f}%" for k, word in PREDICTED if k in pred.predicted_pct)
+
+
+HEADER = ["Load point", *(label for _, label in SHOWN), "GEMMs alone predict", "Performance gates", "Verdict", "Report"]
 INTRO = ("Each point is a comparison with its own verdict on the performance gates (accuracy and agreement are "
          "the server's, checked once at the scenario's own point); the run's exit code is the worst point's. "
-         "Cells: baseline / candidate (change [95% CI]).")
+         "Cells: baseline / candidate (change [95% CI]). \"GEMMs alone predict\": the change the run's FP8 GEMM "
+         "timings predict from each point's own engine steps (n/a without make gemm-bench timings).")
+
+
+def _label(label: str, p: Analysis) -> str:
+    """The point's label, saying so where its concurrency limit exceeded its requests (a run recorded
+    before such sweeps were refused): it measured num_prompts' concurrency, not its own."""
+    w = p.scenario.workload
+    if w.max_concurrency is not None and w.max_concurrency > w.num_prompts:
+        return f"{label} (only {w.num_prompts} prompts: at most {w.num_prompts} in flight)"
+    return label
 
 
 def table_rows(a: Analysis) -> list[list[str]]:
-    return [[label, *(_cell(p, k) for k, _ in SHOWN), _gates(p), _verdict(p),
+    return [[_label(label, p), *(_cell(p, k) for k, _ in SHOWN), _predicted(p), _gates(p), _verdict(p),
              "this report" if p is a else f"{p.run_dir.relative_to(a.run_dir)}/summary.md"] for label, p in points(a)]
 
 
@@ -94,5 +113,6 @@ def json_rows(a: Analysis) -> list[dict[str, Any]]:
                      "gates": [{"name": g.name, "metric": g.metric, "outcome": g.outcome.value, "detail": g.detail}
                                for g in p.gates],
                      "metrics": {k: {"baseline": m.baseline, "candidate": m.candidate, "rel_change": m.rel_change,
-                                     "ci": [m.ci_low, m.ci_high]} for k, _ in SHOWN if (m := _metric(p, k))}})
+                                     "ci": [m.ci_low, m.ci_high]} for k, _ in SHOWN if (m := _metric(p, k))},
+                     "gemm_predicted_pct": p.gemm_prediction.predicted_pct if p.gemm_prediction else None})
     return rows

@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # by every call's carry, so they live outside it.
 mkdir -p /tmp/vse-generated .gpuc/models && ln -sfn /tmp/vse-generated .gpuc/models/generated
 REALISTIC="--set model.generate.weights=realistic --set model.load_format=auto"
-SC=scenarios/h200-llama3.1-8b-fp8-dummy.yaml
+SC=${SC:-scenarios/h200-llama3.1-8b-fp8-dummy.yaml}  # SC=scenarios/h200-llama3.1-8b-fp8-realistic.yaml: written weights
 SET=${SET:-}  # space-separated scenario overrides, e.g. "run.server_starts=3 workload.repeats=1"
 SET_ARGS=$(for s in $SET; do echo --set $s; done)
 BUDGET=${BUDGET:-500}

@@ -156,3 +156,25 @@ def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
     from eval.decide import margin_log
     assert margin_log(1.0, True) == math.inf and margin_log(2.0, True) == math.inf
     assert margin_log(0.05, True) == -math.log(0.95) and margin_log(1.0, False) == math.log(2.0)
+
+
+def test_fidelity_to_a_reference_sees_an_extra_error_and_not_a_copy():
+    """A candidate that carries the baseline's own error plus an independent one (a fault) is
+    farther from the reference; one identical to the baseline is not."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    toks = [f"t{i}" for i in range(5)]
+
+    def comps(logits):
+        return [Completion("p", tokens=["t0"], logprobs=[float(r[0])], top_logprobs=[dict(zip(toks, map(float, r)))])
+                for r in logits]
+
+    ref = rng.normal(0, 2, (40, 5))
+    base = ref + rng.normal(0, 0.3, ref.shape)
+    fault = base + rng.normal(0, 0.3, ref.shape)
+    f = agreement.fidelity(comps(base), comps(fault), comps(ref))
+    assert f["prompts"] == 40 and f["ratio"] > 1.5 and f["p_farther"] < 0.01
+    same = agreement.fidelity(comps(base), comps(base), comps(ref))
+    assert same["ratio"] == 1.0 and same["p_farther"] == 1.0
+    closer = agreement.fidelity(comps(base), comps(ref + rng.normal(0, 0.05, ref.shape)), comps(ref))
+    assert closer["ratio"] < 0.2 and closer["p_farther"] > 0.5  # a more exact kernel is never "farther"

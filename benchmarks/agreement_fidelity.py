@@ -11,19 +11,22 @@ candidate (a run that reused that baseline) is held against both."""
 from __future__ import annotations
 
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pack_example  # noqa: E402
 from eval import agreement  # noqa: E402
 
 
 def outputs(example: Path, arm: str, tmp: Path) -> list[agreement.Completion]:
-    with tarfile.open(example / "raw.tar.xz") as t:
-        t.extract(f"{arm}/agreement.jsonl", tmp / example.name, filter="data")
-    return agreement.load(tmp / example.name / arm / "agreement.jsonl") or []
+    """An arm's agreement outputs from a committed example (its raw data, as a run directory)."""
+    run = tmp / example.name
+    if not run.is_dir():
+        pack_example.unpack(example, tmp)
+    return agreement.load(run / arm / "agreement.jsonl") or []
 
 
 def main(argv: list[str]) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from .scenario import AgreementSpec
 
@@ -122,8 +123,6 @@ def fidelity(base: list[Completion], cand: list[Completion], ref: list[Completio
     same weights) than the baseline is? Paired per prompt at the first generated position: an
     extra error (a fault) adds to the distance; a kernel no less exact than the baseline's does not.
     One position per prompt is little data; it says which way, the p-value says how surely."""
-    from scipy import stats
-
     db, dc = first_position_distance(base, ref), first_position_distance(cand, ref)
     ok = np.isfinite(db) & np.isfinite(dc)
     db, dc = db[ok], dc[ok]

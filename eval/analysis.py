@@ -356,15 +356,15 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     # A load sweep's points are run directories of their own (eval/sweep.py), each with its verdict,
     # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
     own = run_dir / "gemm" / "gemm.json"
-    gemm_for_points = gemm_file if gemm_file is not None else own if own.is_file() else None
-    points = [(label, analyze(d, gemm_file=gemm_for_points)) for label, d in sweep.point_dirs(run_dir, s)
+    gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
+    points = [(label, analyze(d, gemm_file=gemm_path)) for label, d in sweep.point_dirs(run_dir, s)
               if (d / "run.json").is_file()]
     code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
     a = Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
                  agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
                  gate_alpha=gate_alpha, sweep=points)
-    if gemm_file is not None or own.is_file():
-        a.gemm = read_json(gemm_file or own)
+    if gemm_path is not None:
+        a.gemm = read_json(gemm_path)
         a.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
         _predict(a, gemm_file)
     return a

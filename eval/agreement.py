@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .scenario import AgreementSpec
 
@@ -100,34 +99,3 @@ def compare(base: list[Completion], cand: list[Completion]) -> dict[str, Any]:
         "abs_logprob_diff": {"mean": float(d.mean()), "median": float(np.median(d)),
                              "p99": float(np.percentile(d, 99)), "max": float(d.max())},
     }
-
-
-def first_position_distance(a: list[Completion], b: list[Completion]) -> np.ndarray:
-    """Per prompt: mean squared difference of the top-k logprobs two servers gave at the first
-    generated position, over the tokens both listed. That position is the one every server sees
-    with the same context (later ones follow each server's own greedy tokens), so it compares the
-    models' numerics, not where their outputs parted."""
-    out = []
-    for x, y in zip(a, b):
-        if x.error or y.error or not x.top_logprobs or not y.top_logprobs:
-            out.append(np.nan)
-            continue
-        tx, ty = x.top_logprobs[0], y.top_logprobs[0]
-        common = set(tx) & set(ty)
-        out.append(float(np.mean([(tx[k] - ty[k]) ** 2 for k in common])) if common else np.nan)
-    return np.array(out)
-
-
-def fidelity(base: list[Completion], cand: list[Completion], ref: list[Completion]) -> dict[str, Any]:
-    """Is the candidate farther from a reference server (a near-exact kernel or higher precision,
-    same weights) than the baseline is? Paired per prompt at the first generated position: an
-    extra error (a fault) adds to the distance; a kernel no less exact than the baseline's does not.
-    One position per prompt is little data; it says which way, the p-value says how surely."""
-    db, dc = first_position_distance(base, ref), first_position_distance(cand, ref)
-    ok = np.isfinite(db) & np.isfinite(dc)
-    db, dc = db[ok], dc[ok]
-    if len(db) < 2:
-        return {"prompts": int(len(db))}
-    p = float(stats.wilcoxon(dc, db, alternative="greater").pvalue) if np.any(dc != db) else 1.0
-    return {"prompts": int(len(db)), "baseline_sq_distance": float(db.mean()), "candidate_sq_distance": float(dc.mean()),
-            "ratio": float(dc.mean() / db.mean()) if db.mean() > 0 else float("inf"), "p_farther": p}

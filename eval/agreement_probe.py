@@ -1,5 +1,6 @@
 """The agreement probe: greedy completions with top-k logprobs from one live server, written to
-the run directory for agreement.py to compare."""
+the run directory for agreement.py to compare; and fixed texts scored teacher-forced (top-k
+logprobs at every position of the text) for fidelity.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import aiohttp
 
 from .agreement import Completion, prompts_for
+from .fidelity import Scored
 from .rundir import atomic_write_text
 from .scenario import AgreementSpec
 
@@ -56,3 +58,40 @@ def collect(base_url: str, model: str, spec: AgreementSpec, out: Path, concurren
     comps = asyncio.run(_collect(base_url, model, spec, concurrency, api_key))
     atomic_write_text(out, "".join(json.dumps(asdict(c)) + "\n" for c in comps))
     return comps
+
+
+async def _score_one(session: aiohttp.ClientSession, url: str, model: str, text: str, top_k: int,
+                     headers: dict[str, str]) -> Scored:
+    # echo + logprobs + max_tokens 1: the prompt's own logprobs, as lm-eval's loglikelihood asks vLLM
+    # for them; the one generated token is dropped.
+    body = {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": top_k}
+    sc = Scored(text)
+    try:
+        async with session.post(url, json=body, headers=headers) as r:
+            data = await r.json(content_type=None)
+            if r.status != 200:
+                sc.error = f"HTTP {r.status}: {str(data)[:200]}"
+                return sc
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        sc.error = f"{type(e).__name__}: {e}"[:300]
+        return sc
+    lp = data["choices"][0].get("logprobs") or {}
+    n = len(lp.get("tokens") or []) - 1
+    sc.tokens = list(lp["tokens"][:n]) if n > 0 else []
+    sc.top_logprobs = [dict(t) if t else None for t in (lp.get("top_logprobs") or [])[:n]]
+    return sc
+
+
+async def _score(base_url: str, model: str, texts: list[str], top_k: int, api_key: str | None) -> list[Scored]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url = base_url.rstrip("/") + "/v1/completions"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        # One at a time: each text is then computed alone, in the same batches on every server.
+        return [await _score_one(session, url, model, t, top_k, headers) for t in texts]
+
+
+def score(base_url: str, model: str, texts: list[str], top_k: int, out: Path, api_key: str | None = None) -> list[Scored]:
+    """Teacher-forced top-k logprobs of fixed texts from one server; written to out (scores.jsonl)."""
+    scored = asyncio.run(_score(base_url, model, texts, max(top_k, 1), api_key))
+    atomic_write_text(out, "".join(json.dumps(asdict(x)) + "\n" for x in scored))
+    return scored

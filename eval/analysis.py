@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import accuracy, agreement, decide, gates, metrics, stats
+from . import accuracy, agreement, decide, fidelity, gates, metrics, stats
 from .rawdata import load_repeats, repeat_metrics
 from .gates import GateResult, Outcome
 from . import gemm_predict, gpu_telemetry, models, sweep, whatif
@@ -73,6 +73,7 @@ class Analysis:
     notes: list[str]
     noise_floor: list[stats.MetricComparison] | None = None
     agreement_self: dict[str, Any] | None = None
+    fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/fidelity.py)
     disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
     look: int = 1
     looks: int = 1
@@ -340,8 +341,11 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
             results.append(gates.failed_requests(n, sum(d.failed for d in a.repeat_data), total,
                                                  g.max_failed_fraction, gates.error_kinds(errors)))
     results += _accuracy_gates(s, run, arms)
+    fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
     if s.agreement.enabled:
         results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
+        if s.agreement.reference:
+            results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
     results += gates.performance(comparison, g, gate_alpha)
     noise = None
     if noise_run is not None:
@@ -361,7 +365,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
               if (d / "run.json").is_file()]
     code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
     a = Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
-                 agreement_self=self_agree, disturbed=disturbed, look=look, looks=s.run.looks,
+                 agreement_self=self_agree, fidelity=fid, disturbed=disturbed, look=look, looks=s.run.looks,
                  gate_alpha=gate_alpha, sweep=points)
     if gemm_path is not None:
         a.gemm = read_json(gemm_path)

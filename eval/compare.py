@@ -81,7 +81,7 @@ class Orchestrator:
 
     def arm_python(self, arm: str) -> str | None:
         """The Python of the vLLM this arm's server runs (the arm's own install, or the scenario's)."""
-        return (getattr(self.s.arms, arm).vllm or self.s.server.vllm).python
+        return (self.s.server_arms()[arm].vllm or self.s.server.vllm).python
 
     def resolve_model(self) -> models.ResolvedModel:
         return models.resolve(self.s.model, self.opts.cache, self.run_dir / "model", python=self.arm_python("baseline"),
@@ -89,7 +89,7 @@ class Orchestrator:
 
     def arm_model(self, arm: str) -> str:
         """The model directory this arm serves: the run's, or a copy with its planted fault."""
-        fault = getattr(self.s.arms, arm).planted_fault
+        fault = self.s.server_arms()[arm].planted_fault
         if fault is None:
             return self.model.model
         dst = self.run_dir / "model" / f"{arm}-planted-fault"
@@ -113,7 +113,7 @@ class Orchestrator:
         return self.prompts[k]
 
     def start_server(self, arm: str) -> VllmServer:
-        spec: ArmSpec = getattr(self.s.arms, arm)
+        spec: ArmSpec = self.s.server_arms()[arm]
         plugin = whatif.stage(self.run_dir / "whatif-plugin") if spec.whatif else None
         n = self.server_count
         # Tuning afresh at every start keeps starts independent replicates (and off the cached-tactics
@@ -217,10 +217,30 @@ class Orchestrator:
         probes = [("agreement.jsonl", 8)] + ([("agreement-self.jsonl", 1)] if arm == "baseline" else [])
         comps = [c for f, conc in probes for c in agreement_probe.collect(
             srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / f, concurrency=conc, api_key=key)]
+        if self.s.agreement.reference is not None:
+            comps += self.score(arm, srv)
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
             raise SuiteError(f"{arm}: agreement probe: {len(errs)} of {len(comps)} requests failed: {errs[0]}")
+
+    def score(self, arm: str, srv: VllmServer) -> list:
+        """Run 0's first prompts scored teacher-forced, for fidelity to the reference (eval/fidelity.py)."""
+        texts = [p.text for p in self.prompts_for(0)[: self.s.agreement.score_texts]]
+        return agreement_probe.score(srv.url, self.s.model.served_name, texts, self.s.agreement.top_logprobs,
+                                     self.run_dir / arm / "scores.jsonl", api_key=srv.cfg.api_key())
+
+    def run_reference(self) -> None:
+        """The agreement reference's one server start: it scores the texts and stops. First, so that
+        a reference that cannot start ends the run before anything is measured."""
+        a = self.s.agreement
+        if not a.enabled or a.reference is None or (self.run_dir / "reference" / "scores.jsonl").is_file():
+            return
+        srv = self.start_server("reference")
+        try:
+            self.agreement("reference", srv)
+        finally:
+            srv.stop()
 
     # -- plans --------------------------------------------------------------------------
     def run_start(self, arm: str, start: int, with_checks: bool) -> None:
@@ -303,6 +323,7 @@ class Orchestrator:
         for arm, src_run in reuse.items():
             if not (self.run_dir / arm).exists():
                 self.reuse_arm(arm, src_run)
+        self.run_reference()
         rs = self.s.run
         t0, per_start = time.monotonic(), []
         todo = [a for a in self.plan(rs.max_server_starts or rs.server_starts) if a[0] not in reuse]

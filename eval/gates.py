@@ -152,6 +152,30 @@ def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pend
     return res
 
 
+def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: bool = False) -> list[GateResult]:
+    """The candidate no farther from the reference than the baseline, within fidelity_max_extra_pct
+    (eval/fidelity.py): PASS when the (1 - alpha) interval of the distance ratio lies below
+    1 + margin, FAIL when it lies above, INCONCLUSIVE between, as the performance gates decide."""
+    name, m = f"fidelity to the reference ({ref_label})", gates.fidelity_max_extra_pct / 100
+    if not res:
+        return [GateResult(name, Outcome.INCONCLUSIVE if pending else Outcome.FAIL,
+                           "no scores from all three servers" + (" yet (RESUME goes on)" if pending else ""))]
+    if res.get("degenerate"):
+        return [GateResult(name, Outcome.NOT_APPLICABLE, f"not informative: {res['degenerate']}")]
+    if res["texts"] < 2 or res["failed_texts"]:
+        return [GateResult(name, Outcome.FAIL, f"{res['failed_texts']} of {res['texts'] + res['failed_texts']} texts "
+                                               "were not scored alike by all three servers")]
+    r, lo, hi = res["ratio"], res["ratio_low"], res["ratio_high"]
+    outcome = Outcome.PASS if hi < 1 + m else Outcome.FAIL if lo > 1 + m else Outcome.INCONCLUSIVE
+    detail = (f"candidate/baseline mean squared top-k logprob distance to the reference {r:.3f} "
+              f"[{lo:.3f}, {hi:.3f}] ({res['confidence']:.0%}, {res['texts']} texts, {res['positions']} positions) "
+              f"vs at most {1 + m:.2f}")
+    if gates.fidelity_mode == "report":
+        return [GateResult(name, Outcome.NOT_APPLICABLE, f"reported, not gated (gates.fidelity_mode: report): would "
+                                                         f"be {outcome.value.upper()}: {detail}")]
+    return [GateResult(name, outcome, detail)]
+
+
 def failed_requests(arm: str, failed: int, total: int, max_fraction: float,
                     first_errors: dict[str, str] | None = None) -> GateResult:
     """A candidate that errors on its slow requests would otherwise look faster."""

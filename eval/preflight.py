@@ -42,8 +42,7 @@ def query_gpus() -> list[Gpu]:
 
 
 def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
-    for arm_name in ("baseline", "candidate"):
-        arm = getattr(scenario.arms, arm_name)
+    for arm_name, arm in scenario.server_arms().items():
         s = backends.spec(arm.backend)
         if s.min_compute_capability is None:
             continue
@@ -71,10 +70,10 @@ def check_log_level(scenario: Scenario, environ: dict[str, str] | None = None) -
     """The kernel check reads vLLM's INFO line "Selected <kernel> for <method>"; a log level that
     hides it would be blamed on the model later. Refuse up front instead."""
     env = dict(os.environ if environ is None else environ)
-    if not any(backends.spec(getattr(scenario.arms, a).backend).kernel_class for a in ("baseline", "candidate")):
+    arms = scenario.server_arms()
+    if not any(backends.spec(a.backend).kernel_class for a in arms.values()):
         return
-    for where, arm_env in (("arms.baseline.env", scenario.arms.baseline.env),
-                           ("arms.candidate.env", scenario.arms.candidate.env)):
+    for where, arm_env in ((f"{'agreement' if n == 'reference' else 'arms'}.{n}.env", a.env) for n, a in arms.items()):
         level = {**env, **scenario.server.env, **arm_env}.get("VLLM_LOGGING_LEVEL", "INFO").upper()
         if level in _QUIET:
             src = (where if "VLLM_LOGGING_LEVEL" in arm_env else

@@ -282,6 +282,19 @@ class AgreementSpec(Strict):
     max_tokens: int = Field(32, ge=1)
     top_logprobs: int = Field(5, ge=0, le=20)
     prompts_path: str | None = None  # JSONL with {"prompt": ...}; default: a built-in set
+    # Fidelity to a reference (eval/fidelity.py): a third server, started once per comparison, with the
+    # same weights and a near-exact numeric path (GPU FP8: backend torch; CPU: extra_args [--dtype, float32]).
+    # It and both arms score the first `score_texts` prompts of run 0 teacher-forced (every position
+    # sees the same context), and the candidate may be no farther from it than the baseline is.
+    reference: ArmSpec | None = None
+    score_texts: int = Field(16, ge=2)
+
+    @field_validator("reference")
+    @classmethod
+    def _ref(cls, v: ArmSpec | None) -> ArmSpec | None:
+        if v is not None and v.planted_fault is not None:
+            raise ValueError("a reference with a planted fault is no reference")
+        return v
 
 
 class PerfGate(Strict):
@@ -299,6 +312,9 @@ class GatesSpec(Strict):
     agreement_calibration_factor: float = Field(3.0, ge=1)
     agreement_logprob_floor: float = Field(0.01, ge=0)
     agreement_min_exact_match: float | None = Field(None, ge=0, le=1)
+    # With agreement.reference: the candidate's distance to the reference at most this much above the baseline's.
+    fidelity_mode: Literal["gate", "report"] = "gate"
+    fidelity_max_extra_pct: float = Field(10, gt=0)
     max_failed_fraction: float = Field(0.0, ge=0, le=1)  # of measured requests, per arm
     performance: list[PerfGate] = []
 
@@ -377,7 +393,15 @@ class Scenario(Strict):
         for name in ("baseline", "candidate"):
             if getattr(self.arms, name).planted_fault and not (g and g.weights == GeneratedWeights.REALISTIC):
                 raise ValueError(f"arms.{name}.planted_fault needs model.generate with weights: realistic")
+        ref = self.agreement.reference
+        if ref is not None and ref.model_dump(exclude={"label"}) == self.arms.baseline.model_dump(exclude={"label"}):
+            raise ValueError("agreement.reference runs the baseline's settings: the baseline would be at distance 0")
         return self
+
+    def server_arms(self) -> dict[str, ArmSpec]:
+        """Every kind of server a comparison starts: the two arms and, if set, the agreement reference."""
+        ref = {"reference": self.agreement.reference} if self.agreement.reference is not None else {}
+        return {"baseline": self.arms.baseline, "candidate": self.arms.candidate, **ref}
 
 
 def dump(s: Scenario) -> dict[str, Any]:

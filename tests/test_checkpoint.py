@@ -96,10 +96,12 @@ for k in ta:
 
 
 @needs_server
-def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_changes_them(tmp_path):
+def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_fails_the_fidelity_gate(tmp_path):
+    """Three real servers: the float32 reference, bf16, bf16 with the planted 2% fault. The fault
+    ends the comparison with exit 1 on the fidelity gate (reports/examples/cpu-fidelity)."""
     r = subprocess.run([sys.executable, "-m", "eval.cli", "compare", "--scenario", "scenarios/cpu-tiny-realistic.yaml",
                         "--reports", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 1, r.stderr[-3000:]
     (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
     res = json.loads((run / "results.json").read_text())
     servers = json.loads((run / "candidate" / "servers.json").read_text())
@@ -108,6 +110,10 @@ def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_c
     assert not agree["degenerate"]  # unlike --load-format dummy: the gate has something to compare
     assert res["agreement_self"]["exact_match_rate"] == 1.0
     assert agree["exact_match_rate"] < 1.0 and agree["abs_logprob_diff"]["max"] > 0  # the fault is visible
+    failed = [g["name"] for g in res["gates"] if g["outcome"] == "fail"]
+    assert failed == ["fidelity to the reference (float32)"] and res["fidelity"]["ratio_low"] > 1.5
+    ref = json.loads((run / "reference" / "servers.json").read_text())
+    assert "--dtype" in ref[0]["argv"] and ref[0]["argv"][-1] == "float32"
 
 
 @needs_server

@@ -158,23 +158,49 @@ def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
     assert margin_log(0.05, True) == -math.log(0.95) and margin_log(1.0, False) == math.log(2.0)
 
 
-def test_fidelity_to_a_reference_sees_an_extra_error_and_not_a_copy():
-    """A candidate that carries the baseline's own error plus an independent one (a fault) is
-    farther from the reference; one identical to the baseline is not."""
+def _scored(rows, toks):
+    """Teacher-forced scores of one text per row: a position's top-k logprobs from its logits."""
+    from eval.fidelity import Scored
+    return [Scored("t", tokens=[f"x{i}" for i in range(len(r))], top_logprobs=[None] + [dict(zip(toks, map(float, p)))
+                                                                                       for p in r[1:]]) for r in rows]
+
+
+def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
+    """The candidate's distance to the reference against the baseline's, paired by text: a fault (the
+    baseline's error plus its own) FAILs, the baseline's own numerics or better ones PASS."""
     import numpy as np
+    from eval import fidelity
     rng = np.random.default_rng(0)
     toks = [f"t{i}" for i in range(5)]
+    ref = rng.normal(0, 2, (16, 200, 5))
+    base = ref + rng.normal(0, 0.1, ref.shape)
+    spec = GatesSpec(fidelity_max_extra_pct=10)
+    r, b = _scored(ref, toks), _scored(base, toks)
+    fault = fidelity.compare(b, _scored(base + rng.normal(0, 0.05, ref.shape), toks), r)
+    assert fault["texts"] == 16 and fault["positions"] == 16 * 199 and 1.2 < fault["ratio_low"] < fault["ratio"] < 1.3
+    assert gates.fidelity(fault, spec, "torch")[0].outcome == Outcome.FAIL
+    same = fidelity.compare(b, b, r)
+    assert (same["ratio"], same["ratio_low"], same["ratio_high"]) == (1.0, 1.0, 1.0)
+    assert gates.fidelity(same, spec, "torch")[0].outcome == Outcome.PASS
+    exact = fidelity.compare(b, _scored(ref + rng.normal(0, 0.02, ref.shape), toks), r)
+    assert exact["ratio_high"] < 0.1 and gates.fidelity(exact, spec, "torch")[0].outcome == Outcome.PASS
+    # a 1% extra error in distance is within a 0.5% margin's reach of neither side with 16 texts
+    small = fidelity.compare(b, _scored(base + rng.normal(0, 0.01, ref.shape), toks), r)
+    assert gates.fidelity(small, GatesSpec(fidelity_max_extra_pct=1), "torch")[0].outcome == Outcome.INCONCLUSIVE
 
-    def comps(logits):
-        return [Completion("p", tokens=["t0"], logprobs=[float(r[0])], top_logprobs=[dict(zip(toks, map(float, r)))])
-                for r in logits]
 
-    ref = rng.normal(0, 2, (40, 5))
-    base = ref + rng.normal(0, 0.3, ref.shape)
-    fault = base + rng.normal(0, 0.3, ref.shape)
-    f = agreement.fidelity(comps(base), comps(fault), comps(ref))
-    assert f["prompts"] == 40 and f["ratio"] > 1.5 and f["p_farther"] < 0.01
-    same = agreement.fidelity(comps(base), comps(base), comps(ref))
-    assert same["ratio"] == 1.0 and same["p_farther"] == 1.0
-    closer = agreement.fidelity(comps(base), comps(ref + rng.normal(0, 0.05, ref.shape)), comps(ref))
-    assert closer["ratio"] < 0.2 and closer["p_farther"] > 0.5  # a more exact kernel is never "farther"
+def test_fidelity_without_scores_degenerate_or_reported():
+    from eval import fidelity
+    toks = ["a", "b"]
+    flat = _scored([[[0.0, 0.0]] * 3] * 4, toks)
+    deg = fidelity.compare(flat, flat, flat)
+    assert "exactly as the reference" in deg["degenerate"]
+    assert gates.fidelity(deg, GatesSpec(), "torch")[0].outcome == Outcome.NOT_APPLICABLE
+    assert gates.fidelity(None, GatesSpec(), "torch")[0].outcome == Outcome.FAIL
+    assert gates.fidelity(None, GatesSpec(), "torch", pending=True)[0].outcome == Outcome.INCONCLUSIVE
+    broken = fidelity.compare(flat, [fidelity.Scored("t", error="HTTP 500")] * 4, flat)
+    assert broken["failed_texts"] == 4 and gates.fidelity(broken, GatesSpec(), "torch")[0].outcome == Outcome.FAIL
+    g = fidelity.compare(_scored([[[0, 0], [0.0, 1.0]]] * 3, toks), _scored([[[0, 0], [0.0, 2.0]]] * 3, toks),
+                         _scored([[[0, 0], [0.0, 0.0]]] * 3, toks))
+    rep = gates.fidelity(g, GatesSpec(fidelity_mode="report"), "torch")[0]
+    assert rep.outcome == Outcome.NOT_APPLICABLE and "would be FAIL" in rep.detail

@@ -31,6 +31,13 @@ def test_cutlass_and_torch_pass_on_hopper_flashinfer_on_blackwell():
     preflight.check_backends(scenario("h200-llama3.1-8b-fp8-dummy.yaml", backend="flashinfer"), [B200])
 
 
+def test_the_agreement_reference_is_checked_like_an_arm():
+    s = load_scenario(ROOT / "scenarios" / "h200-llama3.1-8b-fp8-realistic.yaml", backend="torch",
+                      overrides=["agreement.reference.backend=flashinfer"])
+    with pytest.raises(PreflightError, match="^reference backend flashinfer: .* 9.0 < 10.0"):
+        preflight.check_backends(s, [H200])
+
+
 def test_no_gpu_is_named():
     with pytest.raises(PreflightError, match="no NVIDIA GPU is visible"):
         preflight.check_backends(scenario("h200-llama3.1-8b-fp8-dummy.yaml", backend="torch"), [])

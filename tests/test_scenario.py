@@ -56,6 +56,10 @@ def test_backend_override_sets_candidate(tmp_path):
     (MINIMAL + "workload: {dataset: {kind: jsonl, path: /no/such/file.jsonl}}\n",
      "workload.dataset.path: /no/such/file.jsonl does not exist"),
     ("name: [unclosed\n", "not valid YAML"),
+    (MINIMAL + "agreement: {reference: {label: r, backend: cutlass}}\n",
+     "agreement.reference runs the baseline's settings: the baseline would be at distance 0"),
+    (MINIMAL + "agreement: {reference: {label: r, backend: torch, planted_fault: {factor: 1.1}}}\n",
+     "s.yaml: agreement.reference: a reference with a planted fault is no reference"),
 ])
 def test_bad_input_is_one_line_naming_file_and_key(tmp_path, text, expect):
     with pytest.raises(ScenarioError) as e:

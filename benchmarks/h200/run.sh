@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -63,6 +63,17 @@ case ${1:-} in
       { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
           --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"
         echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-fault-$l.log"; pack agree-fault-$l; done ;;
+  fidelity)  # the fidelity gate on the realistic checkpoint (SC=...-realistic.yaml: reference torch), eager, one
+    # start per arm: CUTLASS vs CUTLASS with a planted 2% fault in layer 0 (must FAIL), then, reusing that
+    # CUTLASS arm, vs FlashInfer's what-if GEMM (a kernel that computes the same FP8 product)
+    Q="--set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
+       --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
+       --set workload.dataset.output_len=256 --set run.gemm_bench=false"
+    { time timeout -s TERM $((LIMIT - 180)) python3 -m eval.cli compare --scenario $SC --backend cutlass $Q --set arms.candidate.label=cutlass+fault-0-down_proj-1.02 \
+        --set "arms.candidate.planted_fault={layer: 0, proj: down_proj, factor: 1.02}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/fid-fault.log"; pack fid-fault
+    base=$(newest_run)
+    { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --base-run ${base%/} $Q $SET_ARGS
+      echo "exit code: $?"; } 2>&1 | tee "$OUT/fid-whatif.log"; pack fid-whatif ;;
   speed)  # does the realistic checkpoint serve at the dummy-weights speed? The same checkpoint directory,
     # CUTLASS both arms; the baseline loads it with --load-format dummy (vLLM's +-0.001 weights), the
     # candidate its written weights. One start per arm, 3 runs each: a quick look (SET for more)
@@ -73,5 +84,5 @@ case ${1:-} in
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement"; exit 2 ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity"; exit 2 ;;
 esac

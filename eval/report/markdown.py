@@ -163,6 +163,13 @@ def render(a: Analysis) -> str:
                 L.append(f"- Self-agreement (baseline, the same prompts again on its server): exact match "
                          f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}")
             L.append("")
+    if a.fidelity and a.fidelity.get("candidate_sq_distance") is not None:
+        f, ref = a.fidelity, a.scenario.agreement.reference
+        L += [f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)", "",
+              f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
+              f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}"
+              + (f"; ratio {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
+                 if "ratio" in f else f". Not informative: {f.get('degenerate')}."), ""]
     if a.gates:
         L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
         L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]

@@ -55,7 +55,7 @@ def render(a: Analysis) -> dict[str, Any]:
         "arms": arms,
         "comparison": [dataclasses.asdict(r) for r in a.comparison],
         "noise_floor": [dataclasses.asdict(r) for r in a.noise_floor] if a.noise_floor else None,
-        "agreement": a.agreement, "agreement_self": a.agreement_self,
+        "agreement": a.agreement, "agreement_self": a.agreement_self, "fidelity": a.fidelity,
         "design": {"server_starts": {n: arm.starts for n, arm in a.arms.items()},
                    "look": a.look, "looks": a.looks, "gate_alpha": a.gate_alpha},
         "disturbed_runs": a.disturbed,

@@ -1,0 +1,93 @@
+"""Fidelity to a reference: is the candidate farther from a near-exact server than the baseline is?
+Pure functions over recorded scores.
+
+Why not agreement between the two arms alone: on random weights at a trained model's scale two
+supported FP8 kernels (CUTLASS, torch) differ more from each other than CUTLASS does from itself
+with a 2% scale fault in one layer (H200: mean |logprob difference| 0.32 against 0.18), so no
+threshold on that difference passes the one and fails the other. A reference orders them: a
+kernel no less exact than the baseline's is no farther from it; a fault adds its error to
+whatever the baseline's kernel already has.
+
+The three servers score the same fixed texts teacher-forced (the prompt's own top-k logprobs),
+so every position has the same context on every server, not only the first generated one, and
+a text of 1,000 tokens gives 1,000 positions. Per text, the distance to the reference is the
+mean squared difference of the top-k logprobs both listed; the candidate's and the baseline's
+are paired by text, and the ratio of their means gets a (1 - alpha) interval (the ratio
+estimator's linearisation with a t quantile, df = texts - 1)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass
+class Scored:
+    text: str
+    tokens: list[str] = field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+    error: str = ""
+
+
+def load(path: Path) -> list[Scored] | None:
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        return [Scored(**json.loads(line)) for line in f if line.strip()]
+
+
+def topk_sq_distance(tx: dict[str, float] | None, ty: dict[str, float] | None) -> float:
+    """Mean squared difference of the logprobs two servers gave the tokens both listed at one position."""
+    common = set(tx or {}) & set(ty or {})
+    return float(np.mean([(tx[k] - ty[k]) ** 2 for k in common])) if common else math.nan
+
+
+def text_distance(a: Scored, b: Scored) -> tuple[float, int]:
+    """(mean squared top-k distance over the text's positions, positions compared); nan when the
+    two did not score the same tokens (an error, or another tokenization)."""
+    if a.error or b.error or a.tokens != b.tokens:
+        return math.nan, 0
+    d = [topk_sq_distance(x, y) for x, y in zip(a.top_logprobs, b.top_logprobs) if x and y]
+    d = [v for v in d if math.isfinite(v)]
+    return (float(np.mean(d)), len(d)) if d else (math.nan, 0)
+
+
+def ratio_interval(c: np.ndarray, b: np.ndarray, alpha: float) -> tuple[float, float, float]:
+    """mean(c) / mean(b) and its two-sided (1 - alpha) interval, paired by index: the ratio
+    estimator's linearisation, R +- t * sd(c - R b) / (sqrt(n) mean(b))."""
+    r = float(c.mean() / b.mean())
+    n = len(c)
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1) * np.std(c - r * b, ddof=1) / (math.sqrt(n) * b.mean()))
+    return r, r - half, r + half
+
+
+def compare(base: list[Scored], cand: list[Scored], ref: list[Scored], alpha: float = 0.05) -> dict[str, Any]:
+    """The candidate's and the baseline's distances to the reference, per text and as a ratio."""
+    rows = [(text_distance(b, r), text_distance(c, r)) for b, c, r in zip(base, cand, ref)]
+    ok = [(db, dc, n) for (db, n), (dc, _) in rows if math.isfinite(db) and math.isfinite(dc)]
+    out: dict[str, Any] = {"texts": len(ok), "failed_texts": len(rows) - len(ok),
+                           "positions": sum(n for _, _, n in ok), "confidence": 1 - alpha}
+    if len(ok) < 2:
+        return out
+    db, dc = np.array([x[0] for x in ok]), np.array([x[1] for x in ok])
+    out.update(baseline_sq_distance=float(db.mean()), candidate_sq_distance=float(dc.mean()),
+               per_text={"baseline": db.tolist(), "candidate": dc.tolist()})
+    if db.mean() == 0:
+        out["degenerate"] = "the baseline scores every text exactly as the reference does"
+        return out
+    out["ratio"], out["ratio_low"], out["ratio_high"] = ratio_interval(dc, db, alpha)
+    return out
+
+
+def from_run(run_dir: Path, alpha: float) -> dict[str, Any] | None:
+    """The comparison from a run directory's scores, or None before all three servers scored."""
+    scores = {n: load(run_dir / n / "scores.jsonl") for n in ("baseline", "candidate", "reference")}
+    if any(v is None for v in scores.values()):
+        return None
+    return compare(scores["baseline"], scores["candidate"], scores["reference"], alpha)

@@ -86,7 +86,7 @@ check: $(SUITE_ENV)
 	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
 
 test: $(SUITE_ENV) setup
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs --durations=25 tests
 
 clean-venv:
 	rm -rf $(VENV)

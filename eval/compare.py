@@ -19,6 +19,7 @@ from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflig
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
+from .fidelity import Scored
 from .decide import Outcome
 from .loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from .rundir import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
@@ -224,7 +225,7 @@ class Orchestrator:
             srv.assert_alive()
             raise SuiteError(f"{arm}: agreement probe: {len(errs)} of {len(comps)} requests failed: {errs[0]}")
 
-    def score(self, arm: str, srv: VllmServer) -> list:
+    def score(self, arm: str, srv: VllmServer) -> list[Scored]:
         """Run 0's first prompts scored teacher-forced, for fidelity to the reference (eval/fidelity.py)."""
         texts = [p.text for p in self.prompts_for(0)[: self.s.agreement.score_texts]]
         return agreement_probe.score(srv.url, self.s.model.served_name, texts, self.s.agreement.top_logprobs,

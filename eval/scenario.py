@@ -282,10 +282,8 @@ class AgreementSpec(Strict):
     max_tokens: int = Field(32, ge=1)
     top_logprobs: int = Field(5, ge=0, le=20)
     prompts_path: str | None = None  # JSONL with {"prompt": ...}; default: a built-in set
-    # Fidelity to a reference (eval/fidelity.py): a third server, started once per comparison, with the
-    # same weights and a near-exact numeric path (GPU FP8: backend torch; CPU: extra_args [--dtype, float32]).
-    # It and both arms score the first `score_texts` prompts of run 0 teacher-forced (every position
-    # sees the same context), and the candidate may be no farther from it than the baseline is.
+    # Fidelity (eval/fidelity.py): a third server, started once, with the same weights and a near-exact
+    # numeric path (GPU FP8: backend torch; CPU: --dtype float32), scores run 0's first prompts as the arms do.
     reference: ArmSpec | None = None
     score_texts: int = Field(16, ge=2)
 

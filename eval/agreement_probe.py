@@ -17,19 +17,23 @@ from .rundir import atomic_write_text
 from .scenario import AgreementSpec
 
 
+async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict[str, str]) -> tuple[dict, str]:
+    """(the response's JSON, "") or ({}, the error in one line)."""
+    try:
+        async with session.post(url, json=body, headers=headers) as r:
+            data = await r.json(content_type=None)
+            return (data, "") if r.status == 200 else ({}, f"HTTP {r.status}: {str(data)[:200]}")
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        return {}, f"{type(e).__name__}: {e}"[:300]
+
+
 async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str, spec: AgreementSpec,
                headers: dict[str, str]) -> Completion:
     body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0.0,
             "logprobs": max(spec.top_logprobs, 1), "seed": 0}
-    c = Completion(prompt)
-    try:
-        async with session.post(url, json=body, headers=headers) as r:
-            data = await r.json(content_type=None)
-            if r.status != 200:
-                c.error = f"HTTP {r.status}: {str(data)[:200]}"
-                return c
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-        c.error = f"{type(e).__name__}: {e}"[:300]
+    data, err = await _post(session, url, body, headers)
+    c = Completion(prompt, error=err)
+    if err:
         return c
     choice = data["choices"][0]
     lp = choice.get("logprobs") or {}
@@ -65,15 +69,9 @@ async def _score_one(session: aiohttp.ClientSession, url: str, model: str, text:
     # echo + logprobs + max_tokens 1: the prompt's own logprobs, as lm-eval's loglikelihood asks vLLM
     # for them; the one generated token is dropped.
     body = {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": top_k}
-    sc = Scored(text)
-    try:
-        async with session.post(url, json=body, headers=headers) as r:
-            data = await r.json(content_type=None)
-            if r.status != 200:
-                sc.error = f"HTTP {r.status}: {str(data)[:200]}"
-                return sc
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-        sc.error = f"{type(e).__name__}: {e}"[:300]
+    data, err = await _post(session, url, body, headers)
+    sc = Scored(text, error=err)
+    if err:
         return sc
     lp = data["choices"][0].get("logprobs") or {}
     n = len(lp.get("tokens") or []) - 1

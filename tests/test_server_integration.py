@@ -102,6 +102,22 @@ def test_agreement_of_a_server_with_itself_is_total_and_passes_the_gate(live, tm
     assert g.outcome is Outcome.PASS, g.detail  # fp32 against fp32 (fp32 against bf16 fails: test_compare_e2e)
 
 
+def test_teacher_forced_scores_cover_every_position_and_repeat_exactly(live, tmp_path):
+    """The fidelity gate's probe on a real server: the text's own top-k logprobs at every position
+    after the first (the generated token dropped), the same on a second pass; a failing request is
+    recorded with its cause, not raised."""
+    from eval import fidelity
+    texts = ["The capital of France is Paris. The capital of Italy is Rome.", "def f(x):\n    return x + 1\n"]
+    a = agreement_probe.score(live.url, "smollm2", texts, 5, tmp_path / "a.jsonl")
+    b = agreement_probe.score(live.url, "smollm2", texts, 5, tmp_path / "b.jsonl")
+    assert not any(x.error for x in a) and a[0].tokens[:2] == ["The", " capital"] and "Paris" in "".join(a[0].tokens)
+    assert a[0].top_logprobs[0] is None and all(len(t) >= 5 for t in a[0].top_logprobs[1:])
+    assert fidelity.text_distance(a[0], b[0]) == (0.0, len(a[0].tokens) - 1)
+    assert fidelity.load(tmp_path / "a.jsonl") == a
+    (bad,) = agreement_probe.score(live.url, "no-such-model", texts[:1], 5, tmp_path / "c.jsonl")
+    assert bad.error.startswith("HTTP 404") and not bad.tokens
+
+
 def test_accuracy_gate_fails_a_degraded_candidate_and_passes_an_identical_one(live, tmp_path):
     """Real lm-eval on the suite's own counting task, which this model solves greedily: the
     same server sampled at temperature 1.5 (a planted fault) must FAIL the paired gate."""

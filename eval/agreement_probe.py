@@ -17,6 +17,15 @@ from .rundir import atomic_write_text
 from .scenario import AgreementSpec
 
 
+def _endpoint(base_url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """The completions URL and the headers every probe request sends."""
+    return base_url.rstrip("/") + "/v1/completions", ({"Authorization": f"Bearer {api_key}"} if api_key else {})
+
+
+def _write(out: Path, rows: list) -> None:
+    atomic_write_text(out, "".join(json.dumps(asdict(x)) + "\n" for x in rows))
+
+
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: dict[str, str]) -> tuple[dict, str]:
     """(the response's JSON, "") or ({}, the error in one line)."""
     try:
@@ -46,8 +55,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str
 
 async def _collect(base_url: str, model: str, spec: AgreementSpec, concurrency: int,
                    api_key: str | None) -> list[Completion]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    url = base_url.rstrip("/") + "/v1/completions"
+    url, headers = _endpoint(base_url, api_key)
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         async def guarded(p: str) -> Completion:
@@ -60,7 +68,7 @@ def collect(base_url: str, model: str, spec: AgreementSpec, out: Path, concurren
             api_key: str | None = None) -> list[Completion]:
     """Greedy completions with logprobs from one arm; written to out (agreement.jsonl)."""
     comps = asyncio.run(_collect(base_url, model, spec, concurrency, api_key))
-    atomic_write_text(out, "".join(json.dumps(asdict(c)) + "\n" for c in comps))
+    _write(out, comps)
     return comps
 
 
@@ -81,8 +89,7 @@ async def _score_one(session: aiohttp.ClientSession, url: str, model: str, text:
 
 
 async def _score(base_url: str, model: str, texts: list[str], top_k: int, api_key: str | None) -> list[Scored]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    url = base_url.rstrip("/") + "/v1/completions"
+    url, headers = _endpoint(base_url, api_key)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         # One at a time: each text is then computed alone, in the same batches on every server.
         return [await _score_one(session, url, model, t, top_k, headers) for t in texts]
@@ -91,5 +98,5 @@ async def _score(base_url: str, model: str, texts: list[str], top_k: int, api_ke
 def score(base_url: str, model: str, texts: list[str], top_k: int, out: Path, api_key: str | None = None) -> list[Scored]:
     """Teacher-forced top-k logprobs of fixed texts from one server; written to out (scores.jsonl)."""
     scored = asyncio.run(_score(base_url, model, texts, max(top_k, 1), api_key))
-    atomic_write_text(out, "".join(json.dumps(asdict(x)) + "\n" for x in scored))
+    _write(out, scored)
     return scored

@@ -215,7 +215,9 @@ class Orchestrator:
         # invariant (another batch size picks other GEMM tiles and reduction orders), so the two
         # probes differ by the numerical noise the baseline itself has: the yardstick a kernel's
         # difference is held to. Probed twice in the same batches, a GPU gives exactly 0.
-        probes = [("agreement.jsonl", 8)] + ([("agreement-self.jsonl", 1)] if arm == "baseline" else [])
+        # The reference only scores the texts: nothing reads its greedy outputs.
+        probes = [] if arm == "reference" else [("agreement.jsonl", 8)] + (
+            [("agreement-self.jsonl", 1)] if arm == "baseline" else [])
         comps = [c for f, conc in probes for c in agreement_probe.collect(
             srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / f, concurrency=conc, api_key=key)]
         if self.s.agreement.reference is not None:

@@ -146,10 +146,7 @@ def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pend
         res.append(GateResult("output exact match", Outcome.PASS if rate >= gates.agreement_min_exact_match
                               else Outcome.FAIL, f"exact match {rate:.0%} of {cmp['prompts']} prompts vs minimum "
                                                  f"{gates.agreement_min_exact_match:.0%}"))
-    if gates.agreement_mode == "report":
-        res = [GateResult(r.name, Outcome.NOT_APPLICABLE, f"reported, not gated (gates.agreement_mode: report): "
-                                                          f"would be {r.outcome.value.upper()}: {r.detail}") for r in res]
-    return res
+    return _reported(res, "agreement_mode") if gates.agreement_mode == "report" else res
 
 
 def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: bool = False) -> list[GateResult]:
@@ -170,10 +167,14 @@ def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: boo
     detail = (f"candidate/baseline mean squared top-k logprob distance to the reference {r:.3f} "
               f"[{lo:.3f}, {hi:.3f}] ({res['confidence']:.0%}, {res['texts']} texts, {res['positions']} positions) "
               f"vs at most {1 + m:.2f}")
-    if gates.fidelity_mode == "report":
-        return [GateResult(name, Outcome.NOT_APPLICABLE, f"reported, not gated (gates.fidelity_mode: report): would "
-                                                         f"be {outcome.value.upper()}: {detail}")]
-    return [GateResult(name, outcome, detail)]
+    out = [GateResult(name, outcome, detail)]
+    return _reported(out, "fidelity_mode") if gates.fidelity_mode == "report" else out
+
+
+def _reported(results: list[GateResult], key: str) -> list[GateResult]:
+    """A gate a scenario asked to show only (gates.<key>: report): n/a, saying what it would have decided."""
+    return [GateResult(r.name, Outcome.NOT_APPLICABLE, f"reported, not gated (gates.{key}: report): "
+                                                       f"would be {r.outcome.value.upper()}: {r.detail}") for r in results]
 
 
 def failed_requests(arm: str, failed: int, total: int, max_fraction: float,

@@ -17,6 +17,10 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # by every call's carry, so they live outside it.
 mkdir -p /tmp/vse-generated .gpuc/models && ln -sfn /tmp/vse-generated .gpuc/models/generated
 REALISTIC="--set model.generate.weights=realistic --set model.load_format=auto"
+# Outputs, not speed (agreement, fidelity): eager servers, one start per arm, one short run, no performance gate
+EAGER_LOOK="--set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
+  --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
+  --set workload.dataset.output_len=256"
 SC=${SC:-scenarios/h200-llama3.1-8b-fp8-dummy.yaml}  # SC=scenarios/h200-llama3.1-8b-fp8-realistic.yaml: written weights
 SET=${SET:-}  # space-separated scenario overrides, e.g. "run.server_starts=3 workload.repeats=1"
 SET_ARGS=$(for s in $SET; do echo --set $s; done)
@@ -54,9 +58,7 @@ case ${1:-} in
     # FlashInfer's default tactics unless SET has arms.candidate.flashinfer_autotune=true
     { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
   agreement)  # realistic weights, eager, one start per arm: CUTLASS vs torch, then CUTLASS vs CUTLASS with a planted fault
-    Q="$REALISTIC --set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
-       --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
-       --set workload.dataset.output_len=256 --set agreement.num_prompts=${PROMPTS:-16}"
+    Q="$REALISTIC $EAGER_LOOK --set agreement.num_prompts=${PROMPTS:-16}"
     { time timeout -s TERM $((LIMIT - 200)) python3 -m eval.cli compare --scenario $SC --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
     base=$(newest_run)
     for f in ${FAULTS:-0:down_proj:1.02}; do IFS=: read -r l p x <<<"$f"
@@ -66,9 +68,7 @@ case ${1:-} in
   fidelity)  # the fidelity gate on the realistic checkpoint (SC=...-realistic.yaml: reference torch), eager, one
     # start per arm: CUTLASS vs CUTLASS with a planted 2% fault in layer 0 (must FAIL), then, reusing that
     # CUTLASS arm, vs FlashInfer's what-if GEMM (a kernel that computes the same FP8 product)
-    Q="--set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
-       --set workload.repeats=1 --set run.server_starts=1 --set run.max_server_starts=1 --set gates.performance=[]
-       --set workload.dataset.output_len=256 --set run.gemm_bench=false"
+    Q="$EAGER_LOOK --set run.gemm_bench=false"
     { time timeout -s TERM $((LIMIT - 180)) python3 -m eval.cli compare --scenario $SC --backend cutlass $Q --set arms.candidate.label=cutlass+fault-0-down_proj-1.02 \
         --set "arms.candidate.planted_fault={layer: 0, proj: down_proj, factor: 1.02}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/fid-fault.log"; pack fid-fault
     base=$(newest_run)

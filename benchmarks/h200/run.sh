@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
-# Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site:
+# Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
+# (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
 #   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into

@@ -107,7 +107,7 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
 
 def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
     """eval/gemm_predict.py rebuilds the engine steps from chunk arrivals; vLLM counts them itself
-    (vllm:iteration_tokens_total). Seen here: 129-130 steps per run, equal in every run."""
+    (vllm:iteration_tokens_total). Seen here: 129-130 steps per run at 64 output tokens, equal in every run."""
     run, _ = smoke
     seen = steps_rebuilt_and_counted(run)
     assert {m.parent.name for m, _, _ in seen} == {"baseline", "candidate"}

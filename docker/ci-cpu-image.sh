@@ -23,12 +23,14 @@ if [ "$(free_gb)" -lt "$NEED_GB" ]; then
   exit 75
 fi
 err=$(mktemp)
-if ! podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
+built=0
+podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
   --build-arg TORCH_INDEX_URL= --build-arg PIP_FIND_LINKS=/opt/wheels \
   --build-arg PIP_CERT=/etc/host-ca.crt --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt \
   -v "$ca:/etc/host-ca.crt:ro" -v /opt/wheels:/opt/wheels:ro \
-  -t localhost/vse-cpu -f docker/Dockerfile.cpu . 2>"$err"; then
-  cat "$err" >&2
+  -t localhost/vse-cpu -f docker/Dockerfile.cpu . 2>"$err" || built=$?
+cat "$err" >&2
+if [ "$built" != 0 ]; then
   if grep -q "no space left on device" "$err"; then
     echo "CPU image: not built: the disk filled up during the build ($(free_gb) GB free under $store now)"
     exit 75
@@ -36,11 +38,10 @@ if ! podman build -q --network host --build-arg BASE=localhost/debian-base --bui
   echo "CPU image: the build failed (its output is above)"
   exit 1
 fi
-cat "$err" >&2
 echo "image built in $(( $(date +%s) - start )) s"
-size_gb=$(podman image inspect --format '{{ .Size }}' localhost/vse-cpu | awk '{printf "%.1f", $1 / 1e9}')
-echo "image size: $size_gb GB"
-awk -v s="$size_gb" -v m="$MAX_GB" 'BEGIN { exit !(s > m) }' && { echo "the CPU image is $size_gb GB, over $MAX_GB GB"; exit 1; }
+size=$(podman image inspect --format '{{ .Size }}' localhost/vse-cpu)
+echo "image size: $(( size / 1000000000 )).$(( size / 100000000 % 10 )) GB"
+[ "$size" -le $(( MAX_GB * 1000000000 )) ] || { echo "the CPU image is $size bytes, over $MAX_GB GB"; exit 1; }
 label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' localhost/vse-cpu)
 [ "$label" = "$rev" ] || { echo "image revision label is '$label', expected $rev"; exit 1; }
 out=$(mktemp -d)

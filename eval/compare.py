@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflight, sweep, whatif
+from . import accuracy, agreement_probe, checkpoint, gemm_bench, models, preflight, run_state, sweep, whatif
 from .analysis import analyze
 from .benchmark import run_repeat
 from .errors import SuiteError
@@ -233,17 +233,32 @@ class Orchestrator:
         return agreement_probe.score(srv.url, self.s.model.served_name, texts, self.s.agreement.top_logprobs,
                                      self.run_dir / arm / "scores.jsonl", api_key=srv.cfg.api_key())
 
-    def run_reference(self) -> None:
-        """The agreement reference's one server start: it scores the texts and stops. First, so that
-        a reference that cannot start ends the run before anything is measured."""
-        a = self.s.agreement
-        if not a.enabled or a.reference is None or (self.run_dir / "reference" / "scores.jsonl").is_file():
-            return
-        srv = self.start_server("reference")
+    def checks_start(self, arm: str) -> None:
+        """A server start for the checks alone: the reference's one start, or an arm whose checks an
+        interrupted call lost (on RESUME; the starts it measured stay as they were)."""
+        srv = self.start_server(arm)
         try:
-            self.agreement("reference", srv)
+            if arm != "reference":
+                self.accuracy(arm, srv)
+            self.agreement(arm, srv)
         finally:
             srv.stop()
+
+    def make_up_checks(self, reuse: dict) -> list[tuple[str, float]]:
+        """Checks missing after an earlier call: the reference first (one that cannot start ends the run
+        before anything is measured); then each arm that measured a start but was stopped before its
+        checks (seen on the H200: a call's time limit hit during the candidate's agreement probe).
+        Returns (arm, seconds) as the next measured start's estimate: this start plus its runs."""
+        a, made = self.s.agreement, []
+        if a.enabled and a.reference is not None and not (self.run_dir / "reference" / "scores.jsonl").is_file():
+            self.checks_start("reference")
+        for arm in ("baseline", "candidate"):
+            if arm not in reuse and self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
+                self.log(f"{arm}: its checks were not saved by an earlier call: one server start for them")
+                t = time.monotonic()
+                self.checks_start(arm)
+                made.append((arm, time.monotonic() - t + run_state.mean_run_s(self.run_dir, arm) * self.s.workload.repeats))
+        return made
 
     # -- plans --------------------------------------------------------------------------
     def run_start(self, arm: str, start: int, with_checks: bool) -> None:
@@ -264,32 +279,13 @@ class Orchestrator:
             self.status.phase("stop server", arm=arm)
             srv.stop()
 
-    def check_reusable(self, arm: str, src_run: Path) -> None:
-        """Refuses, before any server starts, an arm that would not be comparable."""
-        src = Path(src_run) / arm
-        var = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}[arm]  # as the Makefile spells it
-        if not (src / "servers.json").is_file():
-            raise SuiteError(f"{var}={src_run}: no finished {arm} arm there")
-        ks = sorted(int(p.name.split("-")[1].split(".")[0]) for p in src.glob("bench-*.meta.json"))
-        src_prompts = Path(src_run) / "prompts"
-        if not ks or any(not (src_prompts / f"prompts-{k}.jsonl").is_file() or
-                         load_prompts(src_prompts / f"prompts-{k}.jsonl") != self.prompts_for(k) for k in ks):
-            raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; "
-                             "the arms would not be comparable")
-        want = getattr(self.s.arms, arm).backend.value
-        got = {s.get("requested_backend") for s in read_json(src / "servers.json")}
-        if got != {want}:
-            raise SuiteError(f"{var}={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
-                             f"this scenario's {arm} is {want}")
-
     def reuse_arm(self, arm: str, src_run: Path) -> None:
         shutil.copytree(Path(src_run) / arm, self.run_dir / arm)
         self.status.phase("reused arm", arm=arm, source=str(src_run))
         self.log(f"{arm}: reused from {src_run}")
 
     def starts_done(self, arm: str) -> int:
-        """Server starts of this arm with at least one finished run (a resumed run goes on after them)."""
-        return len({read_json(p).get("server_start", 0) for p in (self.run_dir / arm).glob("bench-*.meta.json")})
+        return run_state.starts_done(self.run_dir, arm)
 
     def decided(self) -> bool:
         """A look at the data so far (from the raw records on disk): is every gated metric decided?"""
@@ -322,13 +318,13 @@ class Orchestrator:
             self.model = self.resolve_model()
         reuse = self.opts.reuse or {}
         for arm, src_run in reuse.items():
-            self.check_reusable(arm, src_run)
+            run_state.check_reusable(self.s, arm, src_run, self.prompts_for)
         for arm, src_run in reuse.items():
             if not (self.run_dir / arm).exists():
                 self.reuse_arm(arm, src_run)
-        self.run_reference()
         rs = self.s.run
-        t0, per_start = time.monotonic(), []
+        t0 = time.monotonic()
+        per_start = self.make_up_checks(reuse)
         todo = [a for a in self.plan(rs.max_server_starts or rs.server_starts) if a[0] not in reuse]
         for arm, start in todo:
             if start < self.starts_done(arm):

@@ -4,7 +4,7 @@ import json
 
 from eval.analysis import load_scenario_from_run
 
-from eval import cli, compare, provision
+from eval import cli, compare, provision, run_state
 
 
 def test_a_bug_is_exit_2_with_one_line_and_the_traceback_kept(tmp_path, monkeypatch, capsys):
@@ -53,10 +53,24 @@ def fake_plan(monkeypatch, decisions=()):
     def run_start(self, arm, start, with_checks):
         calls.append((arm, start, with_checks))
         (self.run_dir / arm).mkdir(exist_ok=True)
-        (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps({"server_start": start}))
+        meta = {"server_start": start, "started_ns": 0, "ended_ns": 40 * 10**9}
+        (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps(meta))
+        if with_checks:
+            save_checks(self, arm)
+
+    def checks_start(self, arm):
+        calls.append((arm, "checks"))
+        save_checks(self, arm)
     monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
+    monkeypatch.setattr(compare.Orchestrator, "checks_start", checks_start)
     monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
     return calls, answers
+
+
+def save_checks(orch, arm):
+    for p in run_state.check_files(orch.run_dir, orch.s, arm):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("{}")
 
 
 def plan_run(tmp_path, overrides):
@@ -92,6 +106,29 @@ def test_budget_stops_between_starts_and_resume_goes_on(tmp_path, monkeypatch):
     assert calls == [("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, False), ("baseline", 1, False)]
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and any(p["phase"] == "resumed" for p in run["phases"])
+
+
+def test_resume_makes_up_checks_an_interrupted_call_lost(tmp_path, monkeypatch):
+    """As on the H200: the call's time limit hit during the candidate's agreement probe, after its
+    first start's runs were saved. RESUME must not take that start as checked (the agreement and
+    fidelity gates stayed INCONCLUSIVE for good): one start for the checks alone, before more runs,
+    and the time budget counts it (a start plus its runs)."""
+    calls, _ = fake_plan(monkeypatch)
+    s, run_dir = plan_run(tmp_path, ["run.server_starts=2", "agreement.enabled=true"])
+    assert calls[:2] == [("baseline", 0, True), ("candidate", 0, True)]
+    for p in run_state.check_files(run_dir, s, "candidate"):
+        p.unlink()
+    for arm in ("baseline", "candidate"):  # as if the call had stopped after the first pair
+        (run_dir / arm / "bench-1.meta.json").unlink()
+    calls.clear()
+    opts = compare.CompareOptions(reports_root=tmp_path, resume=True)
+    budget = s.model_copy(update={"run": s.run.model_copy(update={"budget_s": 30.0})})
+    compare.run_compare(budget, run_dir, opts)
+    assert calls == [("candidate", "checks")]  # a start with 40 s runs would not fit 30 s
+    assert run_state.checks_saved(run_dir, s, "candidate")
+    calls.clear()
+    compare.run_compare(s, run_dir, opts)  # no budget: the starts go on, checked once already
+    assert calls == [("candidate", 1, False), ("baseline", 1, False)]
 
 
 def test_resume_refuses_other_settings(tmp_path):

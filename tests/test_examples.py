@@ -175,3 +175,23 @@ def test_the_fidelity_gate_on_cpu_fails_the_2_percent_fault_and_passes_float16(t
     fault, f16 = _fidelity(ex / "fault-2pct", tmp_path / "a"), _fidelity(ex / "float16", tmp_path / "b")
     assert fault["outcome"] == "fail" and fault["ratio_low"] > 2
     assert f16["outcome"] == "pass" and f16["ratio_high"] < 0.05
+
+
+def test_the_h200_whatif_full_design_example_says_what_the_readme_quotes(tmp_path):
+    """README "What-if result on the H200": FlashInfer's what-if GEMM against CUTLASS on the written
+    checkpoint, 3 + 2 measured starts on one machine, the what-if arm's checks made up by a start that
+    ran no workload on another. Throughput passes, median ITL and first-wave TTFT stay undecided,
+    fidelity passes; the made-up start is named and counted nowhere."""
+    run = unpack(ROOT / "reports" / "examples" / "h200-cutlass-vs-flashinfer-whatif", tmp_path)
+    assert report(run, "--gemm", ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json").returncode == 3
+    res = json.loads((run / "results.json").read_text())
+    gates = {g["name"].split(" not worse")[0]: g["outcome"] for g in res["gates"]}
+    assert [gates[m] for m in ("output_throughput", "median_itl_ms", "median_ttft_first_wave_ms")] == \
+        ["pass", "inconclusive", "inconclusive"]
+    assert gates["fidelity to the reference (torch)"] == "pass" and res["design"]["server_starts"] == {
+        "baseline": 3, "candidate": 2}
+    tput = next(c for c in res["comparison"] if c["key"] == "output_throughput")
+    assert 0.002 < tput["ci_low"] and round(100 * tput["rel_change"], 2) == 2.46
+    cand = res["arms"]["candidate"]["servers"]
+    assert [s["measured"] for s in cand] == [True, True, False] and len({s["machine"] for s in cand[:2]}) == 1
+    assert "checks only on" in (run / "summary.md").read_text()

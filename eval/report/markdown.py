@@ -178,7 +178,8 @@ def render(a: Analysis) -> str:
           "| Log |", "|---|---|---|---:|---|---|"]
     for arm in (b, c):
         for sv in (arm.servers if arm else []):
-            L.append(f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''} | {sv['requested_backend']} | "
+            L.append(f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
+                     f"{'' if sv.get('measured', True) else ' (checks only, no runs)'} | {sv['requested_backend']} | "
                      f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |")
     L += ["", "## Measurement health", "",
           "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "

@@ -27,3 +27,4 @@ split -b "$part" "$tmp" .gpu/part_
 n=$(ls .gpu/part_* | wc -l)
 echo "bundle: $n parts of $((part / 1048576)) MiB (tree $((tree / 1048576)) MiB), sha256 $(sha256sum "$tmp" | cut -c1-16)"
 echo "install: $((n - 1)) calls 'bash .gpu/install.sh', then the last part with 'bash .gpu/install.sh $n'"
+[ "$tree" -lt $((8 * 1024 * 1024)) ] || echo "fewer calls: move reports/examples aside first (mv reports/examples /tmp/), run this again, and move it back after the last device call; a run call carrying .gpuc (9 MiB) beside the examples is close to the 64 MiB limit too"

@@ -9,6 +9,10 @@
 # removed there). A comparison needs more server starts than one 10-minute command holds: `aa` and
 # `ab` start one with a time budget (BUDGET, seconds), `more` resumes the newest run (RESUME) with
 # another budget, as often as needed; the run directory stays on the warm machine between calls.
+# The machine goes back 30 s after a call ends: if it did, copy the last call's run tarball parts into
+# .gpuc/run/ here, reinstall, and resume there: `cat .gpuc/run/*.part_* | tar xJf - -C reports`, then
+# RUN=reports/<run> ... more (the report names the machine of every start; reports/examples/
+# h200-cutlass-vs-flashinfer-whatif/console.log did this).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3

@@ -36,7 +36,7 @@ def checks_saved(run_dir: Path, s: Scenario, arm: str) -> bool:
 def mean_run_s(run_dir: Path, arm: str) -> float:
     """Seconds of the arm's measured runs, on average (0 before its first)."""
     metas = [read_json(p) for p in (run_dir / arm).glob("bench-*.meta.json")]
-    return sum((m["ended_ns"] - m["started_ns"]) / 1e9 for m in metas) / len(metas) if metas else 0.0
+    return sum((m.get("ended_ns", 0) - m.get("started_ns", 0)) / 1e9 for m in metas) / len(metas) if metas else 0.0
 
 
 def check_reusable(s: Scenario, arm: str, src_run: Path, prompts_for: Callable[[int], list[Prompt]]) -> None:

@@ -194,4 +194,4 @@ def test_the_h200_whatif_full_design_example_says_what_the_readme_quotes(tmp_pat
     assert 0.002 < tput["ci_low"] and round(100 * tput["rel_change"], 2) == 2.46
     cand = res["arms"]["candidate"]["servers"]
     assert [s["measured"] for s in cand] == [True, True, False] and len({s["machine"] for s in cand[:2]}) == 1
-    assert "checks only on" in (run / "summary.md").read_text()
+    assert "checks only on" in (run / "summary.md").read_text() and "(checks only, no runs)" in (run / "report.html").read_text()

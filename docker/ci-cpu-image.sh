@@ -12,9 +12,9 @@ start=$(date +%s)
 # pip and npm reach their registries through this machine's TLS proxy (its CA bundle); the CPU
 # torch wheel is in its local wheel folder. Users build with neither (see the Dockerfile).
 # Disk: the build's peak over the finished image is what committing its largest layer holds
-# (13.7 GB above the start, sampled with df every 2 s here on 2026-12-04). Too little free space is this machine's state, not the image's: exit 75,
-# which .ci/run reports in one line; so is a build that fills the disk anyway (another process
-# took it meanwhile). An image grown past MAX_GB is the image's fault and fails.
+# (13.7 GB above the start, sampled with df every 2 s here on 2026-12-04). Too little free space
+# is this machine's state, not the image's: exit 75, which .ci/run reports in one line; so is a
+# build that fills the disk anyway (another process took it meanwhile). An image grown past MAX_GB is the image's fault and fails.
 NEED_GB=${NEED_GB:-16} MAX_GB=${MAX_GB:-6}
 store=${VSE_CONTAINER_DIR:-/tmp/vse-container}
 free_gb() { df -B1G --output=avail "$store" | tail -1 | tr -d ' '; }

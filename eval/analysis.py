@@ -253,12 +253,14 @@ def _machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     """A run resumed on another machine: its machine-to-machine offset is inside the arm difference
     wherever an arm's starts all ran on one machine and the other arm's on another. A start that made
     up lost checks ran no workload: named, but it moves no speed figure."""
-    def on(sv: dict, i: int) -> str:
-        return (f"start {i + 1}" if sv.get("measured", True) else "checks only") + f" on {sv.get('machine') or 'unrecorded'}"
-    machines = {sv.get("machine") for a in arms.values() for sv in a.servers} - {None}
+    def starts(servers: list[dict]) -> str:  # measured starts numbered on their own: a resume's make-up start comes first
+        measured = iter(range(1, len(servers) + 1))
+        return ", ".join((f"start {next(measured)}" if sv.get("measured", True) else "checks only")
+                         + f" on {sv.get('machine') or 'unrecorded'}" for sv in servers)
+    machines = {sv["machine"] for a in arms.values() for sv in a.servers if sv.get("machine")}
     if len(machines) < 2:
         return []
-    per_arm = "; ".join(f"{n}: " + ", ".join(on(sv, i) for i, sv in enumerate(a.servers)) for n, a in arms.items())
+    per_arm = "; ".join(f"{n}: {starts(a.servers)}" for n, a in arms.items())
     return [f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
             f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."]
 

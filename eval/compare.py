@@ -249,8 +249,8 @@ class Orchestrator:
         before anything is measured); then each arm that measured a start but was stopped before its
         checks (seen on the H200: a call's time limit hit during the candidate's agreement probe).
         Returns (arm, seconds) as the next measured start's estimate: this start plus its runs."""
-        a, made = self.s.agreement, []
-        if a.enabled and a.reference is not None and not (self.run_dir / "reference" / "scores.jsonl").is_file():
+        made = []
+        if not run_state.checks_saved(self.run_dir, self.s, "reference"):  # only with agreement.reference
             self.checks_start("reference")
         for arm in ("baseline", "candidate"):
             if arm not in reuse and self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):

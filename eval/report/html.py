@@ -195,7 +195,7 @@ def render(a: Analysis) -> str:
                       autoescape=select_autoescape(["html"]))
     return env.get_template("report.html.j2").render(
         a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
-        fmt_pct=fmt_pct, num=markdown.num, autotune=markdown.autotune_text, md=lambda t: Markup(_inline_md(t)), gates=a.gates, roles=markdown.gated_roles(a),
+        fmt_pct=fmt_pct, num=markdown.num, autotune=markdown.autotune_text, checks_only=markdown.checks_only_text, md=lambda t: Markup(_inline_md(t)), gates=a.gates, roles=markdown.gated_roles(a),
         design=markdown.design_text(a) if a.comparison else "",
         workload=markdown.workload_text(a),
         telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a),

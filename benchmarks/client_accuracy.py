@@ -28,10 +28,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import vllm_bench_cli  # noqa: E402  (beside this file)
-from eval.loadgen.client import RequestParams  # noqa: E402
-from eval.loadgen.datasets import Prompt  # noqa: E402
-from eval.loadgen.runner import LoadShape, run_load  # noqa: E402
+import vllm_bench_cli
+
+from vse.loadgen.client import RequestParams
+from vse.loadgen.datasets import Prompt
+from vse.loadgen.runner import LoadShape, run_load
 
 RID = re.compile(r"\[rid=(\d+)\]")
 HERE = Path(__file__).resolve().parent

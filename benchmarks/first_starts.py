@@ -13,8 +13,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pack_example  # noqa: E402
-from eval import analysis  # noqa: E402
+import pack_example
+
+from vse import analysis
 
 DEFAULT = ("output_throughput", "median_itl_ms", "median_tpot_ms", "median_ttft_first_wave_ms")
 

@@ -120,7 +120,7 @@ def rebuild_reports(example: Path) -> None:
         if gemm:  # at the same relative path, so the reports name it as the README does
             (Path(tmp) / gemm).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(root / gemm, Path(tmp) / gemm)
-        subprocess.run([sys.executable, "-m", "eval.cli", "report", f"reports/{original}", *extra], cwd=tmp,
+        subprocess.run([sys.executable, "-m", "vse.cli", "report", f"reports/{original}", *extra], cwd=tmp,
                        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
         for name in REPORTS:
             shutil.copy(run / name, example / name)

@@ -24,16 +24,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import vllm_bench_cli  # noqa: E402  (beside this file)
-from eval import metrics, models, server_metrics  # noqa: E402
-from eval.cli import _sigterm  # noqa: E402
-from eval.errors import SuiteError  # noqa: E402
-from eval.benchmark import run_repeat  # noqa: E402
-from eval.rawdata import repeat_metrics  # noqa: E402
-from eval.loadgen.datasets import build_prompts, save_prompts  # noqa: E402
-from eval.scenario import DEFAULT_CACHE  # noqa: E402
-from eval.scenario_load import load_scenario  # noqa: E402
-from eval.server import ServerConfig, VllmServer  # noqa: E402
+import vllm_bench_cli
+
+from vse.cli import _sigterm
+from vse.errors import SuiteError
+from vse.loadgen.benchmark import run_repeat
+from vse.loadgen.datasets import build_prompts, save_prompts
+from vse.models import sources as models
+from vse.rundir.rawdata import repeat_metrics
+from vse.scenario import DEFAULT_CACHE
+from vse.scenario_load import load_scenario
+from vse.server import metrics as server_metrics
+from vse.server.process import ServerConfig, VllmServer
+from vse.stats import metrics
 
 KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
         ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
@@ -177,7 +180,7 @@ def render(data: dict) -> str:
         mo, mt = _mean(ours), _mean(theirs)
         diff = mo / mt - 1 if mt else None
         target = "" if tol is None or diff is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
-        each = lambda xs: ", ".join(f"{x:,.2f}" for x in xs)  # noqa: E731
+        each = lambda xs: ", ".join(f"{x:,.2f}" for x in xs)
         table.append(f"| {label} | {each(ours)} | {each(theirs)} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |")
     return (f"Same server (prefix caching off), same {data.get('num_prompts', '?')} prompts (sha256 "
             f"{data['prompts_sha256'][:12]}), {n} run(s) of each, in the order {', '.join(order)}. "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.scenario import DEFAULT_CACHE
+from vse.scenario import DEFAULT_CACHE
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("VSE_CACHE", DEFAULT_CACHE))
@@ -38,8 +38,8 @@ def steps_rebuilt_and_counted(run: Path) -> list[tuple[Path, int, float]]:
     steps vLLM counted itself in vllm:iteration_tokens_total)."""
     import json
 
-    from eval.gemm_predict import rebuild_steps
-    from eval.records import read_jsonl
+    from vse.gemm.predict import rebuild_steps
+    from vse.rundir.records import read_jsonl
 
     out = []
     for meta in sorted(run.glob("*/bench-*.meta.json")):
@@ -47,3 +47,11 @@ def steps_rebuilt_and_counted(run: Path) -> list[tuple[Path, int, float]]:
         rebuilt = len(rebuild_steps(read_jsonl(meta.with_name(meta.name.replace(".meta.json", ".jsonl")))).t_ns)
         out.append((meta, rebuilt, server))
     return out
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    """tests/integration needs `make setup` or runs whole commands: marked so `-m "not integration"`
+    and `make test-unit` leave it out."""
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)

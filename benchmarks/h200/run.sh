@@ -30,7 +30,7 @@ SC=${SC:-scenarios/h200-llama3.1-8b-fp8-dummy.yaml}  # SC=scenarios/h200-llama3.
 SET=${SET:-}  # space-separated scenario overrides, e.g. "run.server_starts=3 workload.repeats=1"
 SET_ARGS=$(for s in $SET; do echo --set $s; done)
 BUDGET=${BUDGET:-500}
-cli() { python3 -m eval.cli compare --scenario $SC "$@"; }
+cli() { python3 -m vse.cli compare --scenario $SC "$@"; }
 # The run directory as parts of at most 15 MB (the device tool returns files of up to 16 MiB; a
 # 3+3-start run is ~30 MB): cat $1.tar.xz.part_* | tar xJf - here.
 # the newest run directory (one with run.json: reports/examples is newer on a fresh copy)
@@ -47,37 +47,37 @@ case ${1:-} in
     { time timeout -s TERM ${LIMIT} python3 benchmarks/vs_vllm_bench.py --scenario $SC --out reports/vs-vllm-bench --pairs ${PAIRS:-2} --time-budget-s ${VS_BUDGET:-380} $SET_ARGS; } 2>&1 | tee "$OUT/vsbench.log"
     tar cJf "$OUT/vsbench.tar.xz" --exclude=model -C reports vs-vllm-bench ;;
   aa)  # A/A: CUTLASS against CUTLASS (the noise floor); BASE_RUN=<an A/B run> reuses its CUTLASS arm
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   ab)  # A/B: CUTLASS against torch._scaled_mm
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
     run=${RUN:-$(newest_run)}
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
   sweep)  # where the A/B's difference comes from by load: CUTLASS vs torch at more concurrencies on the
     # same starts (a fixed design: 2 starts per arm, no sequential looks); then `more` until done
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend torch --budget $BUDGET \
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET \
         --sweep "${SWEEP:-max_concurrency=16,64}" --set run.max_server_starts=null --set run.server_starts=2 \
         --set workload.num_prompts=128 --set workload.repeats=1 --set agreement.enabled=false $SET_ARGS
       echo "exit code: $?"; } 2>&1 | tee "$OUT/sweep.log"; pack sweep ;;
   whatif)  # CUTLASS against FlashInfer's per-tensor FP8 GEMM on Hopper (= make compare BACKEND=flashinfer WHATIF=1);
     # FlashInfer's default tactics unless SET has arms.candidate.flashinfer_autotune=true
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/whatif.log"; pack whatif ;;
   agreement)  # realistic weights, eager, one start per arm: CUTLASS vs torch, then CUTLASS vs CUTLASS with a planted fault
     Q="$REALISTIC $EAGER_LOOK --set agreement.num_prompts=${PROMPTS:-16}"
-    { time timeout -s TERM $((LIMIT - 200)) python3 -m eval.cli compare --scenario $SC --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
+    { time timeout -s TERM $((LIMIT - 200)) python3 -m vse.cli compare --scenario $SC --backend torch $Q; echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-torch.log"; pack agree-torch
     base=$(newest_run)
     for f in ${FAULTS:-0:down_proj:1.02}; do IFS=: read -r l p x <<<"$f"
-      { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
+      { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m vse.cli compare --scenario $SC --backend cutlass --base-run ${base%/} $Q \
           --set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"
         echo "exit code: $?"; } 2>&1 | tee "$OUT/agree-fault-$l.log"; pack agree-fault-$l; done ;;
   fidelity)  # the fidelity gate on the realistic checkpoint (SC=...-realistic.yaml: reference torch), eager, one
     # start per arm: CUTLASS vs CUTLASS with a planted 2% fault in layer 0 (must FAIL), then, reusing that
     # CUTLASS arm, vs FlashInfer's what-if GEMM (a kernel that computes the same FP8 product)
     Q="$EAGER_LOOK --set run.gemm_bench=false"
-    { time timeout -s TERM $((LIMIT - 180)) python3 -m eval.cli compare --scenario $SC --backend cutlass $Q --set arms.candidate.label=cutlass+fault-0-down_proj-1.02 \
+    { time timeout -s TERM $((LIMIT - 180)) python3 -m vse.cli compare --scenario $SC --backend cutlass $Q --set arms.candidate.label=cutlass+fault-0-down_proj-1.02 \
         --set "arms.candidate.planted_fault={layer: 0, proj: down_proj, factor: 1.02}"; echo "exit code: $?"; } 2>&1 | tee "$OUT/fid-fault.log"; pack fid-fault
     base=$(newest_run)
-    { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m eval.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --base-run ${base%/} $Q $SET_ARGS
+    { time timeout -s TERM $((LIMIT - SECONDS)) python3 -m vse.cli compare --scenario $SC --backend flashinfer --set arms.candidate.whatif=true --base-run ${base%/} $Q $SET_ARGS
       echo "exit code: $?"; } 2>&1 | tee "$OUT/fid-whatif.log"; pack fid-whatif ;;
   speed)  # does the realistic checkpoint serve at the dummy-weights speed? The same checkpoint directory,
     # CUTLASS both arms; the baseline loads it with --load-format dummy (vLLM's +-0.001 weights), the
@@ -85,9 +85,9 @@ case ${1:-} in
     Q="$REALISTIC --set run.gemm_bench=false --set agreement.enabled=false --set run.server_starts=1
        --set run.max_server_starts=1 --set workload.repeats=3 --set arms.baseline.extra_args=[--load-format,dummy]
        --set arms.baseline.label=cutlass-dummy-weights --set arms.candidate.label=cutlass-realistic-weights"
-    { time timeout -s TERM $LIMIT python3 -m eval.cli compare --scenario $SC --backend cutlass --budget $BUDGET $Q $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/speed.log"; pack speed ;;
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET $Q $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/speed.log"; pack speed ;;
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
-    { time timeout -s TERM $LIMIT python3 -m eval.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
+    { time timeout -s TERM $LIMIT python3 -m vse.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
   *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity"; exit 2 ;;
 esac

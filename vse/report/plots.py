@@ -1,0 +1,22 @@
+"""Matplotlib set up once for every report (headless, text kept as text) and figures as inline SVG."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+
+
+def svg(fig) -> str:
+    """The figure as an <svg> element (no XML prologue), closed; without a date, so rebuilds are
+    byte-identical."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]

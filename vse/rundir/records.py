@@ -1,0 +1,84 @@
+"""The raw record format: one JSON line per request. Every statistic the suite reports is
+recomputed from these records, so they hold times, not derived metrics.
+
+All times are `time.monotonic_ns()` of the client process; within one run every client
+process shares the machine's monotonic clock, so records from several processes merge.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+RECORD_VERSION = 1
+
+
+@dataclass
+class RequestRecord:
+    index: int  # position in the prompt list (same across arms: same prompt)
+    phase: str  # "warmup" or "measure"
+    prompt_len: int
+    expected_output_len: int
+    scheduled_ns: int  # when the request's arrival came due (rate schedule)
+    send_ns: int = 0  # when it got a concurrency slot and was sent (queue time = send - scheduled)
+    headers_ns: int = 0  # response headers received
+    chunk_ns: list[int] = field(default_factory=list)  # arrival of each chunk carrying output tokens
+    chunk_tokens: list[int] = field(default_factory=list)  # output tokens in each such chunk
+    end_ns: int = 0  # stream finished ([DONE] or EOF); the run's duration ends here
+    output_tokens: int = 0  # per server usage when given, else tokenizer/chunk count
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    token_source: str = "usage"  # "usage", "tokenizer" or "chunks"
+    success: bool = False
+    error: str = ""
+    status: int = 0
+    worker: int = 0
+    text: str = ""
+
+    @property
+    def ttft_s(self) -> float:
+        return (self.chunk_ns[0] - self.send_ns) / 1e9
+
+    @property
+    def e2el_s(self) -> float:
+        """Send to last output token, as `vllm bench serve` defines latency (so TPOT matches)."""
+        return ((self.chunk_ns[-1] if self.chunk_ns else self.end_ns) - self.send_ns) / 1e9
+
+    @property
+    def queue_s(self) -> float:
+        return max(0, self.send_ns - self.scheduled_ns) / 1e9
+
+    @property
+    def itls_s(self) -> list[float]:
+        c = self.chunk_ns
+        return [(b - a) / 1e9 for a, b in zip(c, c[1:])]
+
+    @property
+    def tpot_s(self) -> float | None:
+        """vLLM's definition: (E2E - TTFT) / (output tokens - 1), the first token excluded."""
+        if self.output_tokens <= 1:
+            return None
+        return (self.e2el_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = True) -> None:
+    from vse.rundir.files import atomic_write_text
+
+    lines = []
+    for r in records:
+        d = asdict(r)
+        if not keep_text:
+            d["text"] = ""
+        lines.append(json.dumps(d, separators=(",", ":")))
+    atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+
+def read_jsonl(path: Path) -> list[RequestRecord]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                out.append(RequestRecord(**json.loads(line)))
+    return out

@@ -1,0 +1,134 @@
+"""Loading a scenario file: ${VAR} expansion, SET overrides, BACKEND, validation against the
+schema in scenario.py, and one-line errors naming the file, the key path and the problem."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from vse.errors import ScenarioError
+from vse.paths import scenario_path
+from vse.scenario import DEFAULT_CACHE, Scenario
+from vse.server.backends import Backend
+
+MAX_ALIASES = 50
+_ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def _expand_env(value: Any) -> Any:
+    """${VAR} and ${VAR:-default} in strings, so scenarios can name caches and venvs."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name == "VSE_CACHE" and name not in os.environ:
+                return str(DEFAULT_CACHE)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise KeyError(name)
+        return _ENV_RE.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    return value
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ScenarioError(f"override {dotted}: {k} is not a mapping")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'workload.num_prompts=16' -> ('workload.num_prompts', 16); values are YAML."""
+    if "=" not in text:
+        raise ScenarioError(f"override {text!r}: expected KEY.PATH=VALUE")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Sequence[str] = ()) -> Scenario:
+    """Load, override and validate a scenario; raise ScenarioError with one line on any problem."""
+    path = scenario_path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: scenario file not found")
+    text = path.read_text()
+    try:
+        # Aliases expand without bound ("billion laughs": a 542-byte file took 22 s): a scenario
+        # needs few, so more than MAX_ALIASES is refused before anything is expanded.
+        aliases = sum(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text, Loader=yaml.SafeLoader))
+        if aliases > MAX_ALIASES:
+            raise ScenarioError(f"{path}: {aliases} YAML aliases (*name); at most {MAX_ALIASES} are allowed")
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: (top level): expected a mapping of settings")
+    if backend:
+        valid = [b.value for b in Backend]
+        if backend not in valid:
+            raise ScenarioError(f"{path}: arms.candidate.backend: BACKEND={backend!r} is not one of {', '.join(valid)}")
+        _set_path(data, "arms.candidate.backend", backend)
+        arms = data.get("arms") or {}
+        cand = arms.get("candidate") if isinstance(arms, dict) else None
+        if isinstance(cand, dict) and backend != "none":
+            cand["label"] = backend
+    for item in overrides:  # after BACKEND: an explicit --set arms.candidate.label wins
+        key, value = parse_override(item)
+        _set_path(data, key, value)
+    try:
+        data = _expand_env(data)
+    except KeyError as e:
+        raise ScenarioError(f"{path}: environment variable {e.args[0]} is used but not set") from None
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        where = f"{_loc(err['loc'])}: " if err["loc"] else ""
+        raise ScenarioError(f"{path}: {where}{msg}{more}") from None
+    _check_files(path, scenario)
+    _check_sweep(path, scenario)
+    return scenario
+
+
+def _check_sweep(path: Path, s: Scenario) -> None:
+    """A concurrency point above num_prompts never has more requests in flight than the run has:
+    it would measure num_prompts' concurrency under another label. Checked for new runs only (here,
+    not in the model): a run recorded with such a point still rebuilds, and its report says what ran."""
+    sw, n = s.run.sweep, s.workload.num_prompts
+    if sw is not None and sw.key == "max_concurrency" and (big := [v for v in sw.values if v > n]):
+        raise ScenarioError(f"{path}: run.sweep: max_concurrency={big[0]:g} is more than workload.num_prompts ({n}): "
+                            f"that point would never have more than {n} requests in flight")
+
+
+def _check_files(path: Path, s: Scenario) -> None:
+    checks = [
+        ("workload.dataset.path", s.workload.dataset.path),
+        ("accuracy.data_dir", s.accuracy.data_dir if s.accuracy.enabled else None),
+        ("agreement.prompts_path", s.agreement.prompts_path if s.agreement.enabled else None),
+    ]
+    for key, value in checks:
+        if value and not Path(value).exists():
+            raise ScenarioError(f"{path}: {key}: {value} does not exist")

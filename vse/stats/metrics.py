@@ -1,0 +1,193 @@
+"""Serving metrics from raw request records, with `vllm bench serve`'s definitions, and the
+result block in exactly its layout so numbers paste into a PR next to vLLM's own."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from vse.rundir.records import RequestRecord
+from vse.scenario import Goodput
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+_TITLES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+           "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
+
+
+@dataclass
+class Samples:
+    """Per-request (and per-chunk, for ITL) values in seconds, from successful measured requests."""
+
+    ttft: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    e2el: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
+
+
+def measured(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.phase == "measure"]
+
+
+def samples(records: list[RequestRecord]) -> Samples:
+    s = Samples()
+    for r in measured(records):
+        if not r.success:
+            continue
+        s.ttft.append(r.ttft_s)
+        s.e2el.append(r.e2el_s)
+        s.itl.extend(r.itls_s)
+        s.queue.append(r.queue_s)
+        if (t := r.tpot_s) is not None:
+            s.tpot.append(t)
+    return s
+
+
+def _pct_key(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def summarize(values: list[float], percentiles: list[float]) -> dict[str, float]:
+    a = np.asarray(values or [0.0]) * 1000.0
+    out = {"mean": float(a.mean()), "median": float(np.median(a)), "std": float(a.std())}
+    for p in percentiles:
+        out[f"p{_pct_key(p)}"] = float(np.percentile(a, p))
+    return out
+
+
+def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
+    """Peak output tokens in any one-second bucket (vLLM's way: buckets from the first send) and
+    the exact peak of concurrent requests. vLLM counts a request in every one-second bucket it
+    touches, which reads up to twice the concurrency limit (16 at a limit of 8); here a sweep over
+    sends and last tokens gives the true maximum. Output tokens are counted per chunk's tokens:
+    one per chunk unless usage per chunk is on, as vLLM counts one per chunk."""
+    if not ok:
+        return 0.0, 0
+    t0 = min(r.send_ns for r in ok)
+    t1 = max(r.end_ns for r in ok)
+    tokens = np.zeros(int(math.ceil((t1 - t0) / 1e9)) + 1)
+    for r in ok:
+        for t, k in zip(r.chunk_ns, r.chunk_tokens):
+            tokens[int((t - t0) / 1e9)] += k
+    events = sorted([(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
+                    key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    live = peak = 0
+    for _, d in events:
+        live += d
+        peak = max(peak, live)
+    return float(tokens.max()), peak
+
+
+def good_count(records: list[RequestRecord], goodput: Goodput | None) -> int | None:
+    if goodput is None:
+        return None
+    n = 0
+    for r in measured(records):
+        if not r.success:
+            continue
+        checks = [(goodput.ttft_ms, r.ttft_s), (goodput.tpot_ms, r.tpot_s or 0.0), (goodput.e2el_ms, r.e2el_s)]
+        if all(slo is None or v * 1000 <= slo for slo, v in checks):
+            n += 1
+    return n
+
+
+def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goodput | None = None,
+            max_concurrency: int | None = None, request_rate: float = math.inf) -> dict[str, Any]:
+    """The metrics of one benchmark repeat, keyed as `vllm bench serve --save-result` keys them."""
+    rs = measured(records)
+    ok = [r for r in rs if r.success]
+    if rs:
+        start = min(r.scheduled_ns for r in rs)
+        end = max(r.end_ns for r in rs)
+        duration = max((end - start) / 1e9, 1e-9)
+    else:
+        duration = 1e-9
+    # The server's count where it gave one (usage.prompt_tokens, chat template included), as
+    # vLLM's bench does; the client tokenizer's otherwise.
+    in_lens = [r.usage_prompt_tokens if r.usage_prompt_tokens is not None else r.prompt_len for r in rs]
+    total_in = sum(n for n, r in zip(in_lens, rs) if r.success)
+    total_out = sum(r.output_tokens for r in ok)
+    peak_tps, peak_conc = _peaks(ok)
+    chunks = sum(len(r.chunk_ns) for r in ok)
+    good = good_count(records, goodput)
+    res: dict[str, Any] = {
+        "duration": duration, "completed": len(ok), "failed": len(rs) - len(ok),
+        "max_concurrency": max_concurrency, "request_rate": request_rate,
+        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration,
+        "request_goodput": (good / duration) if good is not None else None,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "max_output_tokens_per_s": peak_tps, "max_concurrent_requests": peak_conc,
+        "chunks_per_token": (chunks / total_out) if total_out else None,
+        "input_lens": in_lens,
+        "output_lens": [r.output_tokens if r.success else 0 for r in rs],
+        "ttfts": [r.ttft_s if r.success else 0.0 for r in rs],
+        "itls": [r.itls_s if r.success else [] for r in rs],
+        "latencies": [r.e2el_s if r.success else 0.0 for r in rs],
+        "start_times": [r.send_ns / 1e9 for r in rs],
+        "queue_times": [r.queue_s for r in rs],
+        "errors": [r.error for r in rs],
+    }
+    s = samples(records)
+    for name in LATENCY_METRICS:
+        for stat, v in summarize(getattr(s, name), percentiles).items():
+            res[f"{stat}_{name}_ms"] = v
+    for stat, v in summarize(s.queue, percentiles).items():
+        res[f"{stat}_client_queue_time_ms"] = v
+    return res
+
+
+def vllm_result_json(m: dict[str, Any], *, label: str | None, model_id: str, tokenizer_id: str, num_prompts: int,
+                     endpoint: str, burstiness: float, detailed: bool, date: str | None = None) -> dict[str, Any]:
+    """`vllm bench serve --save-result` (with `--save-detailed`: the per-request arrays) as vLLM
+    writes it, plus the suite's own keys: a superset, so vLLM's scripts read either."""
+    rate = m.get("request_rate")
+    backend = "openai-chat" if endpoint == "chat" else "openai"
+    out: dict[str, Any] = {
+        "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": backend, "backend": backend,
+        "label": label, "model_id": model_id, "tokenizer_id": tokenizer_id, "num_prompts": num_prompts,
+        "request_rate": "inf" if rate is None or math.isinf(rate) else rate, "burstiness": burstiness,
+        **{k: v for k, v in m.items() if k != "request_rate"},
+        # Generated text is not kept (see benchmark.py); vLLM's key is there, with empty strings.
+        "generated_texts": [""] * len(m.get("ttfts", [])), "rtfx": 0.0,
+    }
+    if not detailed:
+        for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+            out.pop(k, None)
+    return out
+
+
+def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = False) -> str:
+    """The result block of `vllm bench serve`, line for line."""
+    L = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
+    row = lambda k, v, f="": L.append(("{:<40} {:<10" + f + "}").format(k, v))
+    row("Successful requests:", res["completed"])
+    row("Failed requests:", res["failed"])
+    if res.get("max_concurrency") is not None:
+        row("Maximum request concurrency:", res["max_concurrency"])
+    if res.get("request_rate") not in (None, math.inf, float("inf")):
+        row("Request rate configured (RPS):", res["request_rate"], ".2f")
+    row("Benchmark duration (s):", res["duration"], ".2f")
+    row("Total input tokens:", res["total_input_tokens"])
+    row("Total generated tokens:", res["total_output_tokens"])
+    row("Request throughput (req/s):", res["request_throughput"], ".2f")
+    if goodput and res.get("request_goodput") is not None:
+        row("Request goodput (req/s):", res["request_goodput"], ".2f")
+    row("Output token throughput (tok/s):", res["output_throughput"], ".2f")
+    row("Peak output token throughput (tok/s):", res["max_output_tokens_per_s"], ".2f")
+    row("Peak concurrent requests:", res["max_concurrent_requests"], ".2f")
+    row("Total token throughput (tok/s):", res["total_token_throughput"], ".2f")
+    for name in ("ttft", "tpot", "itl"):
+        short, title = _TITLES[name]
+        L.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        row(f"Mean {short} (ms):", res[f"mean_{name}_ms"], ".2f")
+        row(f"Median {short} (ms):", res[f"median_{name}_ms"], ".2f")
+        for p in percentiles:
+            row(f"P{_pct_key(p)} {short} (ms):", res[f"p{_pct_key(p)}_{name}_ms"], ".2f")
+    L.append("=" * 50)
+    return "\n".join(L)

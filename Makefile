@@ -76,6 +76,12 @@ history: $(SUITE_ENV)
 trend: $(SUITE_ENV)
 	$(PY) -m vse.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
+# Does each gate see a regression of known size? A/B against planted slowdowns (ms per engine step)
+# and, with AA=1, the A/A; one calibration report (vse/calibrate.py).
+PLANT_MS ?= 0.2,0.8
+calibrate: $(SUITE_ENV)
+	$(PY) -m vse.cli calibrate --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa)
+
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release
 qualify: $(SUITE_ENV)

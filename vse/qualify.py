@@ -15,12 +15,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from vse import exitcodes
 from vse.analysis import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_RUN_FAILED, EXIT_UNSUPPORTED
 from vse.errors import SuiteError
 from vse.paths import suites_dir
 
-SEVERITY = {EXIT_RUN_FAILED: 4, EXIT_GATE_FAILED: 3, EXIT_INCONCLUSIVE: 2, EXIT_OK: 1, EXIT_UNSUPPORTED: 0}
-OUTCOME = {EXIT_OK: "PASS", EXIT_GATE_FAILED: "FAIL", EXIT_RUN_FAILED: "RUN FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE",
+OUTCOME: dict[int, str] = {EXIT_OK: "PASS", EXIT_GATE_FAILED: "FAIL", EXIT_RUN_FAILED: "RUN FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE",
            EXIT_UNSUPPORTED: "UNSUPPORTED (listed, not failed)"}
 
 
@@ -56,7 +56,7 @@ def load_suite(name_or_path: str, root: Path | None = None) -> Suite:
 
 def worst(codes: list[int]) -> int:
     """The suite's exit code from its runs' (unsupported runs do not count)."""
-    return max(codes, key=lambda c: SEVERITY.get(c, 4), default=EXIT_OK) if any(
+    return exitcodes.worst(codes) if any(
         c != EXIT_UNSUPPORTED for c in codes) else EXIT_OK
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from vse import exitcodes
 from vse.redaction import redact, secret_values
 from vse.rundir.files import read_json, write_json
 from vse.scenario import AccuracySpec, AgreementSpec, Scenario, dump
@@ -62,7 +63,5 @@ def sync(run_dir: Path, s: Scenario) -> None:
 
 
 def worst_exit(codes: list[int]) -> int:
-    """The run's exit code over its points: a failed run (2) over a FAIL (1) over INCONCLUSIVE (3)
-    over PASS (0); 4 (unsupported) stops a run before any point."""
-    rank = {2: 4, 4: 3, 1: 2, 3: 1, 0: 0}
-    return max(codes, key=lambda c: rank.get(c, 5)) if codes else 0
+    """The run's exit code over its points, in the one severity order (vse/exitcodes.py)."""
+    return exitcodes.worst(codes)

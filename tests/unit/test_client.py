@@ -91,6 +91,18 @@ def test_no_usage_falls_back_to_tokenizer():
     assert r.success and r.token_source == "tokenizer" and r.output_tokens == 3
 
 
+def test_a_tokenless_opening_chunk_counts_no_token_and_no_token_interval():
+    """Chat streams open with a role-only chunk (vLLM PR 46652 found vllm bench counting it as a
+    token interval): with usage per chunk it carries 0 tokens, and per-token ITL starts after it."""
+    async def h(request):
+        return await stream(request, [ev("", 0), ev("a", 1), ev("bc", 3), ev(None, 3, choices=False),
+                                      b"data: [DONE]\n\n"], delay=0.02)
+    r = run(h, usage_per_chunk=True)
+    assert r.success and r.chunk_tokens == [0, 1, 2] and r.output_tokens == 3
+    assert len(r.itl_tokens_s) == 2  # "bc" after "a": two tokens, the gap split between them
+    assert r.itl_tokens_s[0] == r.itl_tokens_s[1] and r.itl_tokens_s[0] > 0.005
+
+
 def test_chunks_with_empty_text_still_carry_tokens():
     async def h(request):  # random weights: ids the tokenizer decodes to "" still stream as chunks
         return await stream(request, [ev(""), ev("x"), ev(""), ev(None, 3, choices=False), b"data: [DONE]\n\n"],

@@ -1,3 +1,5 @@
+import pytest
+
 from vse.checks import agreement
 from vse.checks.accuracy import AccuracyResult
 from vse.checks.agreement import Completion
@@ -207,3 +209,14 @@ def test_fidelity_without_scores_degenerate_or_reported():
                          _scored([[[0, 0], [0.0, 0.0]]] * 3, toks))
     rep = gates.fidelity(g, GatesSpec(fidelity_mode="report"), "torch")[0]
     assert rep.outcome == Outcome.NOT_APPLICABLE and "would be FAIL" in rep.detail
+
+
+@pytest.mark.parametrize("table, expected", [
+    ((12, 3, 1, 24), (-0.156, 0.058)),  # reference values (Newcombe 1998 method 10 with its continuity
+    ((30, 6, 2, 2), (-0.251, 0.050)),   # adjustment of phi; contingencytables, Altman 2000)
+])
+def test_newcombe_paired_interval_matches_the_reference_implementation(table, expected):
+    from vse.stats import proportions as prop
+    lo, hi = prop.newcombe_paired(prop.Paired(sum(table), *table))
+    assert (round(lo, 3), round(hi, 3)) == expected
+

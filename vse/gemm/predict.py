@@ -137,6 +137,7 @@ def predict_run(records: list[RequestRecord], table: GemmTable, base: str, cand:
     steady = st.prefill[:-1] == 0  # decode-only steps: the inter-token latency of a steady batch
     if steady.any():
         out["median_itl_ms"] = float(np.median(dur[steady] + delta_s[steady]) / np.median(dur[steady]) - 1)
+        out["median_itl_token_ms"] = out["median_itl_ms"]  # the same engine step, per token
     wave = sorted(ok, key=lambda r: (r.send_ns, r.index))[:first_wave] if first_wave else []
     if wave:
         shift = np.r_[np.cumsum(delta_s), delta_s.sum()]  # after step i, everything later moved by shift[i]
@@ -157,7 +158,7 @@ def predict(runs: list[list[RequestRecord]], gemm: dict, base: str, cand: str, l
     if not per:
         raise ValueError("no measured requests to rebuild engine steps from")
     mean = lambda k: float(np.mean([o[k] for _, o in per if k in o] or [np.nan]))
-    keys = ["output_throughput", "median_tpot_ms", "median_itl_ms"] + (["median_ttft_first_wave_ms"] if first_wave else [])
+    keys = ["output_throughput", "median_tpot_ms", "median_itl_ms", "median_itl_token_ms"] + (["median_ttft_first_wave_ms"] if first_wave else [])
     steps = [s for s, _ in per]
     return Prediction(
         steps_per_run=float(np.mean([len(s.t_ns) for s in steps])),

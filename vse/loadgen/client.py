@@ -106,7 +106,9 @@ class _StreamState:
         # ids the tokenizer cannot decode, as with random weights): count it, as vLLM's bench does.
         self.text_parts.append(text)
         self.rec.chunk_ns.append(arrived_ns)
-        self.rec.chunk_tokens.append(max(delta_tokens, 1) if delta_tokens is not None else 1)
+        # With usage per chunk the server's own count, 0 for a chunk that carried no token (chat's
+        # role-only opening chunk): per-token ITL spreads each gap over exactly these tokens.
+        self.rec.chunk_tokens.append(max(delta_tokens, 0) if delta_tokens is not None else 1)
         return False
 
     def finish(self, count_tokens: Callable[[str], int] | None) -> None:

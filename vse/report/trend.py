@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from vse.history import changepoint
 from vse.history import store as history
 
-METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_first_wave_ms", "median_itl_ms",
+METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_first_wave_ms", "median_itl_token_ms", "median_itl_ms",
            "energy_per_output_token_mj")
 
 

@@ -56,6 +56,33 @@ class RequestRecord:
         return [(b - a) / 1e9 for a, b in zip(c, c[1:])]
 
     @property
+    def itl_tokens_s(self) -> list[float]:
+        """Per-token inter-token times: each delivery's gap spread evenly over the tokens it carried,
+        so k tokens arriving g after the previous ones give k values of g / k. A delivery is what
+        arrived at one instant: one SSE chunk, or several chunks read from the socket at once (an API
+        server that fell behind flushes several steps together; each then has a gap of 0, which is
+        not a token's time). Exact only when each chunk's token count came from the server
+        (continuous usage stats: workload.usage_per_chunk) and they add up to the request's output;
+        otherwise empty (unknown, not guessed). Intervals start at the first token: chat's
+        role-only opening chunk is no interval."""
+        if self.token_source != "usage" or not self.output_tokens or sum(self.chunk_tokens) != self.output_tokens:
+            return []
+        deliveries: list[list[int]] = []  # [arrival ns, tokens]
+        for t_ns, k in zip(self.chunk_ns, self.chunk_tokens):
+            if deliveries and deliveries[-1][0] == t_ns:
+                deliveries[-1][1] += k
+            elif k > 0 or deliveries:
+                deliveries.append([t_ns, k])
+        out: list[float] = []
+        gap_ns = 0
+        for (a, _), (b, k) in zip(deliveries, deliveries[1:]):
+            gap_ns += b - a
+            if k > 0:  # a tokenless delivery's gap goes to the next token's
+                out += [gap_ns / k / 1e9] * k
+                gap_ns = 0
+        return out
+
+    @property
     def tpot_s(self) -> float | None:
         """vLLM's definition: (E2E - TTFT) / (output tokens - 1), the first token excluded."""
         if self.output_tokens <= 1:

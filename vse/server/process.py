@@ -23,7 +23,7 @@ from pathlib import Path
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.redaction import env_secrets, redact
 from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
-from vse.server import backends, whatif
+from vse.server import backends, planted, whatif
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -82,6 +82,7 @@ class ServerConfig:
     load_format: str = "auto"
     port: int | None = None
     whatif_plugin: str | None = None  # staged plugin directory, for an arm with whatif: true
+    planted_plugin: str | None = None  # staged plugin directory, for an arm with planted_slowdown
     autotune_cache: str | None = None  # this start's own FlashInfer tactics cache (flashinfer_autotune: true)
 
     def install(self) -> VllmInstall:
@@ -121,6 +122,8 @@ class ServerConfig:
         env.update(self.spec.env)
         if self.spec.whatif and self.whatif_plugin:
             env.update(whatif.server_env(self.whatif_plugin, env))
+        if self.spec.planted_slowdown and self.planted_plugin:
+            env.update(planted.server_env(self.planted_plugin, self.spec, env))
         if self.spec.autotune and self.autotune_cache:
             env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = self.autotune_cache  # vLLM 0.26's override
         env.update(SAFE_GPU_ENV)  # an arm may not turn it back on

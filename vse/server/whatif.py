@@ -7,14 +7,13 @@ FlashInfer's autotuner did at each server start."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
-from vse.errors import SuiteError
 from vse.scenario import ArmSpec
+from vse.server import plugins
 from vse.server.backends import Backend
 
-PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins" / "vse-flashinfer-hopper"
+PLUGIN_DIR = plugins.PLUGINS / "vse-flashinfer-hopper"
 PACKAGE = "vse_flashinfer_hopper"
 ENV = "VSE_FLASHINFER_WHATIF"
 MIN_CC = (8, 9)
@@ -33,23 +32,12 @@ TACTICS_NOTE = {
 
 
 def stage(dest: Path) -> str:
-    """Copy the plugin and an entry-point record (a .dist-info, which importlib.metadata finds on
-    sys.path) into dest; returns the directory for the server's PYTHONPATH."""
-    src = PLUGIN_DIR / PACKAGE
-    if not (src / "__init__.py").is_file():
-        raise SuiteError(f"what-if: the plugin's source is missing ({src}); run from the suite's repository")
-    dest = Path(dest)
-    shutil.copytree(src, dest / PACKAGE, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-    info = dest / f"{PACKAGE}-0.1.0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vse-flashinfer-hopper\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{PACKAGE} = {PACKAGE}:register\n")
-    return str(dest)
+    """The plugin and its entry point in dest; returns the directory for the server's PYTHONPATH."""
+    return plugins.stage("vse-flashinfer-hopper", PACKAGE, dest)
 
 
 def server_env(plugin_path: str, environ: dict[str, str]) -> dict[str, str]:
-    old = environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": plugin_path + (f":{old}" if old else ""), ENV: "1"}
+    return {"PYTHONPATH": plugins.pythonpath(plugin_path, environ), ENV: "1"}
 
 
 _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})"

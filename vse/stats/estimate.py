@@ -58,7 +58,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
             MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate")]
     if goodput:
         defs.append(MetricDef("request_goodput", "Goodput (req/s)", True, "good", "rate"))
-    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
+    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL per chunk", "itl_token": "ITL per token", "e2el": "E2E latency"}
     for src, name in names.items():
         stats_ = ["mean", "median"] + [f"p{int(p) if int(p) == p else p}" for p in percentiles if p != 50]
         for st in stats_:
@@ -87,6 +87,7 @@ class RepeatData:
     good: np.ndarray
     itl: list[np.ndarray]
     failed: int = 0
+    itl_token: list[np.ndarray] = field(default_factory=list)  # per token (records.itl_tokens_s)
     start: int = 0  # the server start (within its arm) this run was measured on
     ttft_first: np.ndarray = field(default_factory=lambda: np.array([]))
     ttft_steady: np.ndarray = field(default_factory=lambda: np.array([]))
@@ -122,6 +123,7 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
         total_tokens=np.array([r.output_tokens + r.prompt_len for r in ok], dtype=float),
         good=np.array([bool(good_fn(r)) if good_fn else True for r in ok], dtype=float),
         itl=[np.asarray(r.itls_s) * ms for r in ok],
+        itl_token=[np.asarray(r.itl_tokens_s) * ms for r in ok],
         failed=len(rs) - len(ok), start=start,
         ttft_first=np.array(first), ttft_steady=np.array(steady), energy_j=energy_j,
     )
@@ -144,8 +146,9 @@ def point_value(d: RepeatData, m: MetricDef) -> float:
         arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
                "requests": np.ones(d.n)}[m.source]
         return float(arr.sum() / d.duration_s)
-    if m.source == "itl":
-        vals = np.concatenate(d.itl) if d.itl else np.array([])
+    if m.source in ("itl", "itl_token"):
+        parts = getattr(d, m.source)
+        vals = np.concatenate(parts) if parts else np.array([])
     else:
         vals = getattr(d, m.source)
         vals = vals[np.isfinite(vals)]

@@ -25,6 +25,7 @@ class Samples:
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
+    itl_token: list[float] = field(default_factory=list)
     e2el: list[float] = field(default_factory=list)
     queue: list[float] = field(default_factory=list)
 
@@ -41,6 +42,7 @@ def samples(records: list[RequestRecord]) -> Samples:
         s.ttft.append(r.ttft_s)
         s.e2el.append(r.e2el_s)
         s.itl.extend(r.itls_s)
+        s.itl_token.extend(r.itl_tokens_s)
         s.queue.append(r.queue_s)
         if (t := r.tpot_s) is not None:
             s.tpot.append(t)
@@ -137,6 +139,10 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
     for name in LATENCY_METRICS:
         for stat, v in summarize(getattr(s, name), percentiles).items():
             res[f"{stat}_{name}_ms"] = v
+    # The suite's own keys beside vLLM's: per-token ITL (records.itl_tokens_s), None where the
+    # chunks' token counts are unknown (usage per chunk off).
+    for stat, v in summarize(s.itl_token, percentiles).items():
+        res[f"{stat}_itl_token_ms"] = v if s.itl_token else None
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res

@@ -63,7 +63,12 @@ def newcombe_paired(p: Paired, alpha: float = 0.05) -> tuple[float, float]:
     l1, u1 = wilson(a + b, n, alpha)
     l2, u2 = wilson(a + c, n, alpha)
     den = (a + b) * (c + d) * (a + c) * (b + d)
-    phi = (a * d - b * c) / math.sqrt(den) if den else 0.0
+    # Newcombe's continuity adjustment of phi (1998, method 10; as Fagerland et al.'s
+    # contingencytables and Altman 2000 compute it): a positive ad - bc is reduced by n/2, not
+    # below 0. Without it the interval is too narrow where a candidate only loses questions.
+    ad_bc: float = a * d - b * c
+    ad_bc = max(ad_bc - n / 2, 0.0) if ad_bc > 0 else ad_bc
+    phi = ad_bc / math.sqrt(den) if den else 0.0
     theta = p2 - p1
     lo = theta - math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
     hi = theta + math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))

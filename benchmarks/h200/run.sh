@@ -2,7 +2,7 @@
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
 # (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity
+#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -89,5 +89,17 @@ case ${1:-} in
   gemm)  # FP8 GEMM timings on the scenario model's shapes (make gemm-bench)
     { time timeout -s TERM $LIMIT python3 -m vse.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity"; exit 2 ;;
+  calib)  # make calibrate, split over device calls: CUTLASS against CUTLASS plus PLANT ms of GPU work per
+    # engine step (vse/server/planted.py). BASE_RUN=<the first calibration run> reuses its baseline;
+    # `more` finishes a run the budget cut; `calib-report RUNS="..."` builds the calibration report.
+    # CALIB: the design (2 + 2 starts, one run each, fixed: 4 starts and their runs fit ~10 minutes).
+    CALIB="--set run.server_starts=2 --set run.max_server_starts=null --set workload.repeats=1 --set run.gemm_bench=false
+      --set agreement.enabled=false"
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $CALIB \
+        --set "arms.candidate={label: cutlass+${PLANT}ms, backend: cutlass, planted_slowdown: {gpu_ms_per_step: $PLANT}}" $SET_ARGS
+      echo "exit code: $?"; } 2>&1 | tee "$OUT/calib-$PLANT.log"; pack "calib-$PLANT" ;;
+  calib-report)  # the calibration report from finished runs (RUNS, the first one's baseline is the truths')
+    python3 -m vse.cli calibrate --runs $RUNS --reports reports 2>&1 | tee "$OUT/calib-report.log"
+    tar cJf "$OUT/calibration.tar.xz" -C reports "$(basename "$(ls -td reports/*-calibrate | head -1)")" ;;
+  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
 esac

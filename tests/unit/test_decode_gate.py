@@ -73,3 +73,24 @@ def test_chunks_read_at_one_instant_are_one_delivery_not_a_zero_gap():
                       chunk_ns=[0, 10 * MS, 30 * MS, 30 * MS, 40 * MS], chunk_tokens=[1, 1, 1, 1, 1], success=True)
     r.output_tokens, r.token_source = 5, "usage"
     assert r.itl_tokens_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
+
+
+def test_the_trimmed_mean_sees_the_step_when_prefills_stall_some_tokens_and_the_server_coalesces():
+    """The decode gate's statistic: a few long gaps (prefill steps mixed into decode) move the mean,
+    coalescing moves the median; the interdecile mean reads the planted +8%."""
+    rng = np.random.default_rng(3)
+
+    def arm(step, pack, stall_share):
+        out = []
+        for i in range(4):
+            recs = [stream(step, 64, pack, 0.3, rng) for _ in range(32)]
+            for r in recs:  # prefill stalls: some gaps 3 steps longer, a share that varies by run
+                for j in rng.choice(len(r.chunk_ns) - 1, int(stall_share[i] * len(r.chunk_ns)), replace=False):
+                    r.chunk_ns[j + 1:] = [t + int(3 * step * MS) for t in r.chunk_ns[j + 1:]]
+            out.append(stats.repeat_data(recs, start=i))
+        return out
+
+    base = arm(10.0, [1, 2, 1, 3], [0.02, 0.06, 0.02, 0.06])
+    cand = arm(10.8, [1], [0.06, 0.02, 0.06, 0.02])
+    assert change("tmean_itl_token_ms", base, cand) == pytest.approx(0.08, abs=0.015)
+    assert metrics.TRIM == 0.1

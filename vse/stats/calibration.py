@@ -2,8 +2,8 @@
 
 A calibration arm adds `p` ms of work to every engine step (vse/server/planted.py). What that
 must do to each gated metric follows from the baseline's own measurements:
-- ITL per token: every decode step grows by p, so the per-token gap grows by p:
-  truth = p / baseline median ITL per token.
+- Decode measures (ITL per token, its trimmed mean, per-chunk ITL, TPOT): every decode step grows
+  by p, so the per-token gap grows by p: truth = p / the baseline's value of that measure.
 - Output throughput, on a closed loop that keeps the engine busy: the run lasts its engine steps
   x p longer (steps counted by vLLM itself, vllm:iteration_tokens_total's count):
   truth = D / (D + steps x p) - 1, averaged over the baseline's runs.
@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 import scipy.stats as sps
 
+from vse.stats.decide import GateInput, decide
+
 STEPS_KEY = "vllm:iteration_tokens_total_count"
+# Decode measures shown side by side in every calibration (the evidence the decode gate was chosen
+# by): each grows by p per decode step, so truth = p / its baseline value.
+DECODE = ("tmean_itl_token_ms", "median_itl_token_ms", "mean_itl_token_ms", "median_itl_ms", "median_tpot_ms")
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class Planted:
 class BaselineFacts:
     """What the truths are computed from: the baseline arm's measured values."""
 
-    itl_token_ms: float  # median ITL per token
+    decode_ms: dict[str, float]  # the baseline's value of each DECODE measure
     durations_s: list[float]  # per run
     engine_steps: list[float | None]  # per run, vLLM's own count (None where not scraped)
     ttft_first_wave_ms: float
@@ -52,8 +57,9 @@ def truth(metric: str, p: Planted, b: BaselineFacts) -> float | None:
     """The relative change the planted work must cause in `metric` (None: no formula for it)."""
     decode = p.steps in ("all", "decode")
     prefill = p.steps in ("all", "prefill")
-    if metric == "median_itl_token_ms":
-        return p.ms / b.itl_token_ms if decode and b.itl_token_ms > 0 else 0.0 if not decode else None
+    if metric in DECODE:  # every decode step grows by p
+        base = b.decode_ms.get(metric, float("nan"))
+        return (p.ms / base if base > 0 else None) if decode else 0.0
     if metric == "output_throughput":
         runs = [(d, s) for d, s in zip(b.durations_s, b.engine_steps) if s]
         if not runs or p.steps != "all":
@@ -84,6 +90,7 @@ class Row:
     run: str
     planted: str
     metric: str
+    role: str  # "gated" (the run's own gate decided it) or "shown" (decided here as if gated alone)
     margin_pct: float | None
     truth_pct: float | None
     change_pct: float
@@ -91,26 +98,32 @@ class Row:
     ci_high_pct: float
     covered: bool | None
     outcome: str
-    verdict: str
     mde_pct: float
 
 
 def rows(run: str, planted_text: str, p: Planted | None, b: BaselineFacts, comparisons: list, gates: list,
          margins: dict[str, float], gate_alpha: float, planned_starts: int) -> list[Row]:
-    """One row per gated metric of one calibration comparison (p None: an A/A, truth 0)."""
+    """One row per gated metric of one calibration comparison, then each DECODE measure not gated,
+    decided here alone at the decode gate's margin (p None: an A/A, truth 0)."""
     by_key = {c.key: c for c in comparisons}
     outcome = {g.metric: g.outcome.value for g in gates if g.metric}
+    decode_margin = next((m for k, m in margins.items() if k in DECODE), 5.0)
+    shown = {k: decode_margin for k in DECODE if k not in margins}
     out = []
-    for key, margin in margins.items():
+    for key, margin in [*margins.items(), *shown.items()]:
         c = by_key.get(key)
         if c is None:
             continue
         t = 0.0 if p is None else truth(key, p, b)
         lo, hi = c.est.ci(gate_alpha)
         covered = None if t is None or not math.isfinite(lo) else bool(lo <= t <= hi)
-        out.append(Row(run, planted_text, key, margin, None if t is None else 100 * t, 100 * c.rel_change,
-                       100 * lo, 100 * hi, covered, outcome.get(key, "n/a"), c.verdict.value,
-                       100 * mde(c.var_base, c.var_cand, planned_starts, gate_alpha)))
+        if key in margins:
+            role, result = "gated", outcome.get(key, "n/a")
+        else:
+            role = "shown"
+            result = decide([GateInput(key, c.est, c.higher_is_better, margin / 100)], gate_alpha)[0].outcome.value
+        out.append(Row(run, planted_text, key, role, margin, None if t is None else 100 * t, 100 * c.rel_change,
+                       100 * lo, 100 * hi, covered, result, 100 * mde(c.var_base, c.var_cand, planned_starts, gate_alpha)))
     return out
 
 

@@ -9,11 +9,13 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import scipy.stats as sps
 
 from vse.rundir.records import RequestRecord
 from vse.scenario import Goodput
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+TRIM = 0.1  # the decode gate's interdecile mean cuts 10% from each end of the per-token times
 _TITLES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
            "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
 
@@ -143,6 +145,7 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
     # chunks' token counts are unknown (usage per chunk off).
     for stat, v in summarize(s.itl_token, percentiles).items():
         res[f"{stat}_itl_token_ms"] = v if s.itl_token else None
+    res["tmean_itl_token_ms"] = float(sps.trim_mean(np.asarray(s.itl_token) * 1000, TRIM)) if s.itl_token else None
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res

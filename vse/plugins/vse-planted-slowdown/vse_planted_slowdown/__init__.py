@@ -73,6 +73,8 @@ class GpuSpin:
 
     def __call__(self, ms: float) -> None:
         import torch
+        if torch.cuda.is_current_stream_capturing():  # a CUDA graph being captured: no spin baked into it
+            return
         if self.cycles_per_ms is None:
             self.cycles_per_ms = self.calibrate(torch)
         torch.cuda._sleep(int(ms * self.cycles_per_ms))

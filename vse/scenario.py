@@ -220,6 +220,9 @@ class GatesSpec(Strict):
     fidelity_max_extra_pct: float = Field(10, gt=0)
     max_failed_fraction: float = Field(0.0, ge=0, le=1)  # of measured requests, per arm
     performance: list[PerfGate] = []
+    # Gates a decision may not go without (a release run): one that is N/A or was never measured
+    # makes the run INCONCLUSIVE instead of letting it pass unmeasured.
+    require: list[Literal["accuracy", "agreement", "fidelity"]] = []
 
 
 class SweepSpec(Strict):

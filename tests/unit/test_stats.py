@@ -99,13 +99,15 @@ def test_a_regression_at_the_margin_passes_at_most_alpha_over_2():
 
 
 def test_holm_keeps_false_failures_at_alpha_over_2_across_three_gated_metrics():
+    """Three gated metrics each exactly at their margin (the worst case a candidate 'within every
+    margin' can be): each FAIL test alone rejects about alpha/2 of the time, so without Holm any-FAIL
+    would be about 7%; with it, at most alpha/2 (issue 28: the old version passed with Holm removed)."""
     rng = np.random.default_rng(3)
-    n, any_fail = 2000, 0
-    margin = 0.002  # tiny: nearly every "worse" interval would FAIL without the correction
+    n, any_fail, margin = 3000, 0, 0.03
     for _ in range(n):
         gins = []
         for j in range(3):
-            b, c = simulate(rng, 1, starts=2, runs=2)
+            b, c = simulate(rng, 1, starts=3, runs=2, effect=math.log(1 - margin))
             gins.append(GateInput(f"g{j}", estimate(values(b[0]), values(c[0])), True, margin))
         any_fail += any(d.outcome is Outcome.FAIL for d in decide.decide(gins, 0.05))
     assert sps.binomtest(any_fail, n, 0.025, alternative="greater").pvalue > 0.01, any_fail / n
@@ -157,9 +159,12 @@ def test_sequential_stopping_keeps_both_error_rates():
     rng = np.random.default_rng(6)
     n, looks = 2000, 4
     bad_pass = good_fail = decided = 0
+    at_margin_fail = 0
     b, c = simulate(rng, n, starts=2 + looks - 1, runs=2, effect=math.log(1 - 0.03))
     for i in range(n):
-        bad_pass += sequential(b[i], c[i], 0.03, looks) is Outcome.PASS
+        out = sequential(b[i], c[i], 0.03, looks)
+        bad_pass += out is Outcome.PASS
+        at_margin_fail += out is Outcome.FAIL  # exactly at the margin is not beyond it: FAIL <= alpha/2
     b, c = simulate(rng, n, starts=2 + looks - 1, runs=2)
     for i in range(n):
         out = sequential(b[i], c[i], 0.03, looks)
@@ -167,6 +172,7 @@ def test_sequential_stopping_keeps_both_error_rates():
         decided += out is Outcome.PASS
     assert sps.binomtest(bad_pass, n, 0.025, alternative="greater").pvalue > 0.01, bad_pass / n
     assert sps.binomtest(good_fail, n, 0.025, alternative="greater").pvalue > 0.01, good_fail / n
+    assert sps.binomtest(at_margin_fail, n, 0.025, alternative="greater").pvalue > 0.01, at_margin_fail / n
     assert decided / n > 0.5  # and it does decide: identical arms mostly PASS a 3% margin
     assert sum(decide.spent_alpha(0.05, s, 2, 5) for s in range(2, 6)) == pytest.approx(0.05)
     assert decide.spent_alpha(0.05, 3, 3, 6) == pytest.approx(0.05 * 0.25)  # first look: (3/6)^2 of alpha
@@ -251,3 +257,13 @@ def test_a_run_no_longer_than_one_wave_is_all_first_wave():
     two_waves = repeat_data(burst + [rec(4 + i, 200, 50) for i in range(4)], first_wave=4)
     assert sorted(two_waves.ttft_first) == [100, 101, 102, 103] and list(two_waves.ttft_steady) == [50] * 4
     assert len(repeat_data(burst, first_wave=None).ttft_first) == 0  # an open-loop rate has no wave
+
+
+def test_the_more_starts_estimate_uses_the_alpha_of_the_look_it_predicts_and_says_when_beyond_the_plan():
+    e = decide.Estimate(0.03, 0.012, 4, Design.STARTS, 3, 3, 0.0004, 0.0004)
+    (naive,) = decide.decide([GateInput("g", e, False, 0.05)], 0.0125)
+    (strict,) = decide.decide([GateInput("g", e, False, 0.05)], 0.0125, lambda k: 0.001)
+    assert strict.more_starts > naive.more_starts  # the later look's (smaller) alpha, not this one's
+    spend = lambda k: decide.spent_alpha(0.05, k, 3, 6)
+    (far,) = decide.decide([GateInput("g", e, False, 0.05)], spend(3), spend, max_starts=6)
+    assert far.more_starts == 13 and "beyond the plan's 6 per arm" in far.detail

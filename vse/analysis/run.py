@@ -12,7 +12,7 @@ from typing import Any
 from vse import sweep
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run
 from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
-from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed, look_of
+from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed, look_of, required, unplanned_look
 from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources as models
@@ -112,7 +112,18 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
         if s.agreement.reference:
             results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
-    results += gates.performance(comparison, g, gate_alpha)
+    gate_rows = comparison
+    if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
+        gate_rows = stats.compare_arms(arms["baseline"].repeat_data, arms["candidate"].repeat_data,
+                                       s.workload.percentiles, goodput=s.workload.goodput is not None,
+                                       alpha=g.significance)
+        notes.append("gated metrics are decided on every run, disturbed ones included; the exploratory table "
+                     "leaves them out of their start's mean")
+    plan = (s.run.server_starts, s.run.max_server_starts)
+    results += gates.performance(gate_rows, g, gate_alpha, undecidable=unplanned_look(s, arms),
+                                 alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
+                                 max_starts=s.run.max_server_starts or s.run.server_starts)
+    results += required(s, results)
     noise = None
     if noise_run is not None:
         na = analyze(noise_run)

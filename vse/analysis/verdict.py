@@ -24,7 +24,13 @@ EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED 
 # H200 (throughput 0.04-0.4%, median ITL under 1%, and 2% between server starts made 15 minutes
 # apart). Not median TPOT: on a closed loop it takes one of two values 2-3% apart by how the
 # waves arrive, and a run in the rarer mode is not disturbed (the H200 A/A lost one that way).
-HEALTH_METRICS = {"output_throughput": 0.02, "median_itl_ms": 0.03}
+# The decode step per token where the chunks' token counts are known (per-chunk ITL moves with
+# coalescing), per chunk otherwise.
+# A client event-loop stall this long delays every timestamp taken meanwhile (the H200 A/B had one
+# run with a 198 ms stall and 3.6% less throughput than its siblings; normal runs stay under 30 ms).
+CLIENT_STALL_MS = 100.0
+HEALTH_METRICS = {"output_throughput": 0.02, "tmean_itl_token_ms": 0.03}
+HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
 
 
 def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tuple[dict[str, set[int]], list[dict]]:
@@ -40,6 +46,8 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
         # normal run-to-run noise then comes from every run (a 2-core CPU wobbles by 5%, an H200
         # by 0.1%), not from the three or four runs of one arm.
         resid = []
+        if not all(np.isfinite(stats.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):
+            key = HEALTH_FALLBACK.get(key, key)
         for name, arm in arms.items():
             vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
             med = float(np.median(vals)) if vals else float("nan")
@@ -48,6 +56,11 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
         for j in stats.disturbed_runs([v / med for _, _, v, med in resid], min_rel=min_rel):
             name, i, v, med = resid[j]
             flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")
+    for name, arm in arms.items():  # the client itself stalled: its timestamps are late, not the server
+        for i, lag in enumerate(arm.loop_lag_ms):
+            if (worst := lag.get("max", 0.0)) >= CLIENT_STALL_MS:
+                flags[name].setdefault(i, []).append(f"disturbed by the client: its event loop stalled {worst:,.0f} ms "
+                                                     f"(p99 {lag.get('p99', 0.0):,.1f} ms)")
     for name, arm in arms.items():
         flagged = flags[name]
         keep = set(range(len(arm.repeat_data))) - set(flagged)
@@ -113,3 +126,36 @@ def _random_weights(run: dict[str, Any], s: Scenario) -> bool:
     return bool(run.get("weights_random", s.model.weights_are_random))
 
 
+
+
+def unplanned_look(s: Scenario, arms: dict[str, ArmAnalysis]) -> str | None:
+    """Why this data is not a look the alpha-spending plan counted (None when it is): the plan looks
+    with equal starts per arm, from server_starts up to max_server_starts. A time-budget stop, or a
+    resumed run with unbalanced arms, decides nothing on the performance gates."""
+    b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
+    top = s.run.max_server_starts or s.run.server_starts
+    if b != c:
+        return f"unbalanced arms ({b} + {c} server starts): not a look the plan counted"
+    if b < s.run.server_starts:
+        return f"{b} + {c} server starts, fewer than the planned {s.run.server_starts} per arm"
+    if b > top:
+        return f"{b} + {c} server starts, more than the plan's {top} per arm"
+    return None
+
+
+def _family(name: str) -> str:
+    return next((f for f in ("accuracy", "agreement", "fidelity") if f in name), "")
+
+
+def required(s: Scenario, results: list[GateResult]) -> list[GateResult]:
+    """gates.require: a required gate that was N/A or never measured makes the run INCONCLUSIVE."""
+    out = []
+    for fam in s.gates.require:
+        mine = [r for r in results if _family(r.name) == fam]
+        if not mine:
+            out.append(GateResult(f"{fam} (required)", Outcome.INCONCLUSIVE,
+                                  f"gates.require names {fam}, and this run decided no {fam} gate"))
+        elif all(r.outcome == Outcome.NOT_APPLICABLE for r in mine):
+            out.append(GateResult(f"{fam} (required)", Outcome.INCONCLUSIVE,
+                                  f"gates.require names {fam}, and it was not applicable here: {mine[0].detail}"))
+    return out

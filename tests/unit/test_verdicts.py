@@ -1,0 +1,64 @@
+"""Verdict rules from issue 28's audit, each on a synthetic run directory: gates decide only at
+looks the alpha-spending plan counted; a gated metric never loses a run on its own; a client
+stall is named as the client's; a required gate that was not measured is no PASS."""
+
+from rundirs import write_run
+
+from vse.analysis import analyze
+from vse.stats.gates import Outcome
+
+GATE = ["gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 5}]"]
+
+
+def gate(a, metric="tmean_itl_token_ms"):
+    return next(g for g in a.gates if g.metric == metric)
+
+
+def test_a_planned_look_decides_and_unbalanced_arms_do_not(tmp_path):
+    same = [(0, 10.0), (0, 10.02), (1, 10.01), (1, 9.99)]
+    a = analyze(write_run(tmp_path / "ok", {"baseline": same, "candidate": same}, GATE))
+    assert gate(a).outcome is Outcome.PASS
+    # a time-budget stop after A B B: 2 + 1 starts is no look of the plan
+    a = analyze(write_run(tmp_path / "cut", {"baseline": same, "candidate": same[:2] + [(1, 10.0), (2, 10.0)]},
+                          GATE))
+    g = gate(a)
+    assert g.outcome is Outcome.INCONCLUSIVE and "unbalanced arms (2 + 3 server starts)" in g.detail
+
+
+def test_a_disturbed_run_leaves_the_table_but_not_the_gate(tmp_path):
+    base = [(0, 10.0), (0, 10.0), (1, 10.01), (1, 10.0)]
+    cand = [(0, 10.2), (0, 11.0), (1, 10.2), (1, 10.21)]  # one run 8% slower: a stall, or the candidate
+    a = analyze(write_run(tmp_path / "r", {"baseline": base, "candidate": cand}, GATE))
+    assert any(d["arm"] == "candidate" and d["run"] == 2 for d in a.disturbed)
+    row = next(c for c in a.comparison if c.key == "tmean_itl_token_ms")
+    assert row.rel_change < 0.025  # the exploratory table left the run out of its start's mean
+    g = gate(a)  # the gate counted it: the change it decided on is larger
+    assert "decided on every run" in " ".join(a.notes)
+    worse = float(g.detail.split("% worse")[0])
+    assert worse > 100 * row.rel_change + 1
+
+
+def test_a_client_stall_is_listed_as_the_clients(tmp_path):
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    a = analyze(write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE, lag_ms={("baseline", 1): 198.0}))
+    d = next(x for x in a.disturbed if x["arm"] == "baseline" and x["run"] == 2)
+    assert "disturbed by the client" in d["why"] and "198 ms" in d["why"]
+
+
+def test_a_required_gate_that_was_not_measured_is_inconclusive_not_pass(tmp_path):
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    a = analyze(write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE + ["gates.require=[accuracy]"]))
+    req = next(g for g in a.gates if g.name == "accuracy (required)")
+    assert req.outcome is Outcome.INCONCLUSIVE and a.exit_code == 3
+    a = analyze(write_run(tmp_path / "r2", {"baseline": same, "candidate": same}, GATE))
+    assert a.exit_code == 0  # the same run without the requirement passes
+
+
+def test_the_headline_names_the_gated_metrics_first_and_says_why_a_change_is_not_significant(tmp_path):
+    from vse.report.markdown import headline
+    base = [(0, 10.0), (0, 10.0), (1, 10.3), (1, 10.3)]
+    cand = [(0, 10.1), (0, 10.1), (1, 10.0), (1, 10.0)]
+    line = headline(analyze(write_run(tmp_path / "r", {"baseline": base, "candidate": cand}, GATE)))
+    parts = line.split("**.", 1)[1]
+    assert parts.strip().startswith("Trimmed mean ITL per token (ms)") and "(gated: " in parts
+    assert "no significant change: 95% CI [" in parts and "from 2 + 2 server starts" in parts

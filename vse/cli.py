@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import signal
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -20,6 +22,7 @@ from vse import __version__, report
 from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
+from vse.rundir.files import read_json, write_json
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
 from vse.server import process as server
@@ -64,17 +67,39 @@ def cmd_compare(args) -> int:
         else:  # a bug, not bad input: keep the traceback with the run, say one line here
             (run_dir / "error.log").write_text(traceback.format_exc())
             msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
-        console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
-        if isinstance(e, UnsupportedError):  # a refusal measured nothing: its one line says it all
-            report.build(run_dir, noise_run=args.noise_run)
+        if isinstance(e, UnsupportedError) and not measured(run_dir):  # a refusal before anything ran
+            shutil.rmtree(run_dir, ignore_errors=True)
+            _error(f"{msg} (nothing was measured; no run directory kept)")
             return EXIT_UNSUPPORTED
+        code: int = EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
         try:  # what was measured so far stays readable
-            report.build(run_dir, noise_run=args.noise_run)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # plotting an incomplete run warns about empty plots: not the cause
+                report.build(run_dir, noise_run=args.noise_run)
             console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
         except Exception as rep_err:  # the raw data is what matters; say why no report
             console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
-        return EXIT_RUN_FAILED
-    return _report(run_dir, args.noise_run)
+        record_exit(run_dir, code)
+        _error(msg)  # the cause is the last line printed
+        return code
+    code = int(_report(run_dir, args.noise_run))
+    record_exit(run_dir, code)
+    return code
+
+
+def _error(msg: str) -> None:
+    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
+
+
+def measured(run_dir: Path) -> bool:
+    return any(run_dir.glob("*/bench-*.jsonl")) or any(run_dir.glob("*/accuracy/*"))
+
+
+def record_exit(run_dir: Path, code: int) -> None:
+    """run.json says how the run ended for CI: the exit code beside its status."""
+    path = run_dir / "run.json"
+    if path.is_file():
+        write_json(path, {**read_json(path), "exit_code": int(code)})
 
 
 def _run_sets(args) -> list[str]:
@@ -237,6 +262,14 @@ def cmd_setup(args) -> int:
 def cmd_check(args) -> int:
     s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
     console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
+    # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
+    # laptop is still a valid file.
+    from vse.server import preflight
+    try:
+        preflight.run(s)
+        console.print("preflight on this machine: would start", highlight=False)
+    except SuiteError as e:
+        console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
     return 0
 
 
@@ -330,7 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[bold red]error:[/] interrupted; servers stopped")
         return EXIT_RUN_FAILED
     except Exception as e:  # never exit 1 (= "a gate failed") by accident
-        console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}", highlight=False)
+        where = ""
+        if (run := getattr(args, "run", None)) and Path(run).is_dir():  # `report`: keep the traceback with the run
+            (Path(run) / "error.log").write_text(traceback.format_exc())
+            where = f" (traceback: {run}/error.log)"
+        console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}{where}", highlight=False)
         return EXIT_RUN_FAILED
     finally:
         server.stop_all(keep=before)

@@ -6,6 +6,10 @@ class SuiteError(Exception):
     """A failure that ends the run with one clear line (exit code 2)."""
 
 
+class DamagedRunError(SuiteError):
+    """A run directory whose files contradict each other or cannot be read: refused, file named."""
+
+
 class ScenarioError(SuiteError):
     """The scenario file is wrong: names the file, the key path and the problem."""
 

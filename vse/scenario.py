@@ -103,7 +103,7 @@ class DatasetSpec(Strict):
     range_ratio: float = Field(0.0, ge=0, lt=1)
     prefix_len: int = Field(0, ge=0)
     path: str | None = None
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _path(self) -> "DatasetSpec":

@@ -3,6 +3,8 @@ schema in scenario.py, and one-line errors naming the file, the key path and the
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import os
 import re
 from collections.abc import Sequence
@@ -68,7 +70,10 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
     path = scenario_path(path)
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
     try:
         # Aliases expand without bound ("billion laughs": a 542-byte file took 22 s): a scenario
         # needs few, so more than MAX_ALIASES is refused before anything is expanded.
@@ -110,7 +115,45 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
         raise ScenarioError(f"{path}: {where}{msg}{more}") from None
     _check_files(path, scenario)
     _check_sweep(path, scenario)
+    _check_names(path, scenario)
     return scenario
+
+
+def _lm_eval_task_exists(task: str) -> bool:
+    """lm-eval's task YAMLs, found without importing lm-eval (seconds): tasks/**/<task>.yaml or a
+    folder of that name."""
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return True  # no lm-eval here to check against: the accuracy step will say so
+    tasks = Path(next(iter(spec.submodule_search_locations))) / "tasks"
+    return (tasks / task).is_dir() or any(tasks.rglob(f"{task}.yaml"))
+
+
+def _check_names(path: Path, s: Scenario) -> None:
+    """Free-form names must name something that exists: a typo in a per-task limit ran gsm8k
+    unlimited (1,319 questions per arm, hours on a CPU); a gated metric's typo failed the run late."""
+    from vse.checks.small_tasks import TASKS
+    from vse.stats.estimate import metric_defs
+
+    known = {m.key for m in metric_defs(s.workload.percentiles, s.workload.goodput is not None, energy=True)}
+    for i, g in enumerate(s.gates.performance):
+        if g.metric not in known:
+            near = difflib.get_close_matches(g.metric, known, n=1)
+            raise ScenarioError(f"{path}: gates.performance.{i}.metric: unknown metric {g.metric!r}"
+                                + (f" (did you mean {near[0]!r}?)" if near else ""))
+    a = s.accuracy
+    if not a.enabled:
+        return
+    for t in a.tasks:
+        if t not in TASKS and not _lm_eval_task_exists(t):
+            raise ScenarioError(f"{path}: accuracy.tasks: {t!r} is neither an lm-eval task nor one of the suite's "
+                                f"({', '.join(TASKS)})")
+    if isinstance(a.limit, dict) and (extra := sorted(set(a.limit) - set(a.tasks))):
+        raise ScenarioError(f"{path}: accuracy.limit: {extra[0]!r} is not in accuracy.tasks ({', '.join(a.tasks)})")
+    unlimited = [t for t in a.tasks if t not in TASKS and a.limit_for(t) is None]
+    if s.server.device.value == "cpu" and unlimited:
+        raise ScenarioError(f"{path}: accuracy: {unlimited[0]} has no limit and would run every question on a CPU "
+                            f"server (hours): set accuracy.limit, e.g. {{{unlimited[0]}: 16}}")
 
 
 def _check_sweep(path: Path, s: Scenario) -> None:

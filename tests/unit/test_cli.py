@@ -1,6 +1,7 @@
 """Exit codes of the CLI where no server is needed."""
 
 import json
+import sys
 
 from vse import cli, compare
 from vse.analysis import load_scenario_from_run
@@ -16,10 +17,13 @@ def test_a_bug_is_exit_2_with_one_line_and_the_traceback_kept(tmp_path, monkeypa
     code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", "--reports", str(tmp_path)])
     assert code == 2  # never 1, which means "a gate failed"
     (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
-    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    status = json.loads((run / "run.json").read_text())
+    assert status["status"] == "failed" and status["exit_code"] == 2  # run.json says how it ended (was null)
     assert "synthetic failure" in (run / "error.log").read_text()
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = [ln for ln in lines if ln.startswith("error:")]
     assert len(err) == 1 and "RuntimeError: synthetic failure" in err[0]
+    assert lines[-1] == err[0]  # the cause is the last line
 
 
 def test_bad_scenario_key_is_exit_2(tmp_path, capsys):
@@ -168,8 +172,8 @@ def test_an_unsupported_configuration_exits_4_before_any_server(tmp_path, capsys
                      "--reports", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 4 and "flashinfer" in err and "no NVIDIA GPU is visible" in err, err
-    (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
-    assert "start server" not in [p["phase"] for p in json.loads((run / "run.json").read_text())["phases"]]
+    # a refusal measured nothing: it leaves no run directory behind, and its line is the last
+    assert list(tmp_path.iterdir()) == [] and "no run directory kept" in err.strip().splitlines()[-1]
 
 
 def test_bench_never_overwrites_earlier_results(tmp_path, capsys):
@@ -198,3 +202,14 @@ def test_bin_vse_keeps_the_suites_exit_codes():
                         "--backend", "flashinfer", "--reports", "/tmp/vse-bin-test"], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 4, r.stderr[-1000:]  # unsupported here (no GPU): preflight refusal
+
+
+def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
+    """CI and `| tee` see no spinner: each setup step is a line of its own (issue 29)."""
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    provision._run([sys.executable, "-c", "pass"], "creating the venv", tmp_path / "setup.log",
+                   Console(file=buf, force_terminal=False))
+    assert buf.getvalue().strip() == "setup: creating the venv ..."

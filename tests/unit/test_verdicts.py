@@ -62,3 +62,34 @@ def test_the_headline_names_the_gated_metrics_first_and_says_why_a_change_is_not
     parts = line.split("**.", 1)[1]
     assert parts.strip().startswith("Trimmed mean ITL per token (ms)") and "(gated: " in parts
     assert "no significant change: 95% CI [" in parts and "from 2 + 2 server starts" in parts
+
+
+def test_a_damaged_run_is_refused_with_the_file_named(tmp_path):
+    import pytest
+
+    from vse.errors import DamagedRunError
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE)
+    (run / "candidate" / "bench-2.meta.json").unlink()  # issue 29: this run was silently left out, PASS
+    with pytest.raises(DamagedRunError, match=r"candidate/bench-2.jsonl: its bench-2.meta.json is missing"):
+        analyze(run)
+    run = write_run(tmp_path / "t", {"baseline": same, "candidate": same}, GATE)
+    path = run / "baseline" / "bench-1.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:4] + [lines[4][:20]]) + "\n")  # truncated mid-line
+    with pytest.raises(DamagedRunError, match=r"baseline/bench-1.jsonl: line 5 is not a request record"):
+        analyze(run)
+    # an interrupted run may end with records whose meta never came: left out, not refused
+    run = write_run(tmp_path / "i", {"baseline": same, "candidate": same}, GATE, status="failed")
+    (run / "candidate" / "bench-3.meta.json").unlink()
+    assert len(analyze(run).arms["candidate"].repeat_data) == 3
+
+
+def test_report_refuses_a_damaged_run_in_one_line_exit_2(tmp_path, capsys):
+    from vse import cli
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE)
+    (run / "candidate" / "bench-2.meta.json").unlink()
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "bench-2.meta.json is missing" in " ".join(err)

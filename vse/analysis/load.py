@@ -70,7 +70,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         return None
     spec = getattr(s.arms, name)
     servers = read_json(d / "servers.json") if (d / "servers.json").is_file() else []
-    reps = load_repeats(d)
+    reps = load_repeats(d, complete=_complete(run_dir))
     ran = {r.meta.get("server") for r in reps}
     for sv in servers:  # a start that ran no workload made up checks an interrupted call lost (RESUME)
         sv["measured"] = None in ran or sv.get("server") in ran
@@ -92,6 +92,11 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         agreement_self=agreement.load(d / "agreement-self.jsonl"),
         raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
         loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=list(tele), gpu_series=list(series))
+
+
+def _complete(run_dir: Path) -> bool:
+    path = run_dir / "run.json"
+    return path.is_file() and read_json(path).get("status") == "complete"
 
 
 def first_wave(s: Scenario) -> int | None:

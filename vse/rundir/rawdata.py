@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vse.errors import DamagedRunError
 from vse.rundir.files import read_json
 from vse.rundir.records import RequestRecord, read_jsonl
 from vse.stats import metrics
@@ -19,13 +20,29 @@ class RepeatResult:
     meta: dict[str, Any]
 
 
-def load_repeats(arm_dir: Path) -> list[RepeatResult]:
-    """Every finished repeat in an arm's directory (a repeat is finished once its meta exists)."""
+def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
+    """Every finished repeat in an arm's directory (a repeat is finished once its meta exists, which
+    is written after its records). In a run that says it completed, records and metas must pair up:
+    a missing one is a damaged run, refused with the file named (a run silently left out moved
+    every figure while the verdict stayed PASS). An interrupted run may end with records whose meta
+    was never written: that last run is left out."""
+    num = lambda p: int(p.name.split("-")[1].split(".")[0])
+    metas = {num(p): p for p in arm_dir.glob("bench-*.meta.json")}
+    records = {num(p): p for p in arm_dir.glob("bench-*.jsonl") if not p.name.endswith(".gpu.jsonl")}
+    if complete:
+        for k in sorted(set(metas) ^ set(records)):
+            have, missing = ((records[k], f"bench-{k}.meta.json") if k in records else
+                             (metas[k], f"bench-{k}.jsonl"))
+            raise DamagedRunError(f"{have}: its {missing} is missing; the run directory is damaged (the run "
+                                  "said it completed)")
     out = []
-    for meta_path in sorted(arm_dir.glob("bench-*.meta.json"), key=lambda p: int(p.name.split("-")[1].split(".")[0])):
-        recs = meta_path.with_name(meta_path.name.replace(".meta.json", ".jsonl"))
-        if recs.is_file():
-            out.append(RepeatResult(read_jsonl(recs), read_json(meta_path)))
+    for k in sorted(metas):
+        if k in records:
+            try:
+                meta = read_json(metas[k])
+            except ValueError as e:
+                raise DamagedRunError(f"{metas[k]}: not JSON ({e}); the run directory is damaged") from None
+            out.append(RepeatResult(read_jsonl(records[k]), meta))
     return out
 
 

@@ -103,9 +103,17 @@ def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = 
 
 
 def read_jsonl(path: Path) -> list[RequestRecord]:
+    """Every record of a run; a line that is not one (a truncated file, a stray edit) is refused
+    with the file and line named: a record silently lost would move every figure."""
+    from vse.errors import DamagedRunError
+
     out = []
-    with open(path) as f:
-        for line in f:
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for n, line in enumerate(f, 1):
             if line.strip():
-                out.append(RequestRecord(**json.loads(line)))
+                try:
+                    out.append(RequestRecord(**json.loads(line)))
+                except (ValueError, TypeError) as e:
+                    raise DamagedRunError(f"{path}: line {n} is not a request record ({str(e)[:120]}); the run "
+                                          "directory is damaged") from None
     return out

@@ -22,7 +22,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-REPORTS = ("summary.md", "results.json", "report.html")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vse.rundir.packed import REPORTS, unpack  # noqa: E402,F401 (unpack: the tests' import place)
+
 KEEP = (*REPORTS, "scenario.yaml", "run.json", "environment.json")
 
 
@@ -89,20 +91,6 @@ def _same_reference(run: Path, example: Path) -> bool:
             return False
         packed = t.extractfile("reference/scores.jsonl").read().decode()
     return packed == _packed_scores(run / "reference" / "scores.jsonl")
-
-
-def unpack(example: Path, dest: Path, name: str | None = None) -> Path:
-    """A committed example as a run directory again (raw data extracted, reports left out)."""
-    run = dest / (name or example.name)
-    shutil.copytree(example, run, ignore=shutil.ignore_patterns(*REPORTS))
-    with tarfile.open(run / "raw.tar.xz") as t:
-        t.extractall(run, filter="data")
-    if (run / "baseline-from.json").is_file():  # the run reused that example's baseline arm (BASE_RUN)
-        src = example.parent / json.loads((run / "baseline-from.json").read_text())["example"]
-        with tarfile.open(src / "raw.tar.xz") as t:
-            shared = ("baseline/",) + (() if (run / "reference").is_dir() else ("reference/",))
-            t.extractall(run, members=[m for m in t.getmembers() if m.name.startswith(shared)], filter="data")
-    return run
 
 
 def rebuild_reports(example: Path) -> None:

@@ -183,19 +183,50 @@ def cmd_gemm_bench(args) -> int:
 
 
 def cmd_history(args) -> int:
-    """Ingest finished run directories into the SQLite history; the same run twice changes nothing."""
+    """Ingest finished run directories into the history (SQLite path or postgresql:// URL); the same
+    run twice changes nothing. A folder of runs (reports/) is walked; unfinished runs and folders
+    that hold none are listed as skipped, not failed (the nightly's matrix leaves both); committed
+    examples ingest from their packed raw data. Exit 2 only for a damaged run or a database error."""
+    import tempfile
+
     from vse.history import store as history
+    from vse.rundir import packed
 
     db, refused = history.connect(args.db), 0
-    for run in args.runs:
+    for run in _run_dirs([Path(r) for r in args.runs]):
         try:
-            r = history.ingest(db, Path(run))
+            if run.parent.name != "sweep" and (run / "run.json").is_file() and \
+                    read_json(run / "run.json").get("status") != "complete":
+                console.print(f"skipped: {run}: status {read_json(run / 'run.json').get('status')} (not finished)",
+                              highlight=False)
+                continue
+            if packed.is_packed(run):  # a committed example: its raw data is packed
+                with tempfile.TemporaryDirectory() as tmp:
+                    r = history.ingest(db, packed.unpack(run, Path(tmp)), name=f"example:{run.name}")
+            else:
+                r = history.ingest(db, run)
         except SuiteError as e:
             console.print(f"[bold red]refused:[/] {e}", highlight=False)
             refused += 1
             continue
-        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history")
+        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history",
+                      highlight=False)
     return EXIT_RUN_FAILED if refused else 0
+
+
+def _run_dirs(paths: list[Path]) -> list[Path]:
+    """Run directories among paths: a run itself, or a folder walked (two levels) for runs."""
+    out = []
+    for p in paths:
+        if (p / "run.json").is_file():
+            out.append(p)
+            continue
+        found = sorted({q.parent for pat in ("*/run.json", "*/*/run.json") for q in p.glob(pat)
+                        if "sweep" not in q.parts[len(p.parts):]})
+        if not found:
+            console.print(f"skipped: {p}: not a run directory and holds none", highlight=False)
+        out += found
+    return out
 
 
 def cmd_trend(args) -> int:

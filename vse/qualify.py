@@ -7,6 +7,7 @@ not failed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -60,26 +61,55 @@ def worst(codes: list[int]) -> int:
         c != EXIT_UNSUPPORTED for c in codes) else EXIT_OK
 
 
-def run_suite(suite: Suite, out: Path, log=print) -> int:
+# Console lines worth a line in a CI log while a comparison runs for hours: server starts, runs, stops.
+PROGRESS = ("healthy after", ": repeat ", "stopping:", "error:", "planted-slowdown: applied")
+
+
+def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
+    """One entry of the list as a `vse compare` of its own; its console goes to run-N.log, and a
+    line per server start and run to `log` (a Buildkite log is not silent for hours). The result
+    is kept as entry-N.json, which `aggregate` folds into the index."""
+    e = suite.runs[i]
     runs_root = out / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
+    before = set(runs_root.iterdir())
+    argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
+    argv += ["--backend", e.backend] if e.backend else []
+    for s in [*suite.set, *e.set]:
+        argv += ["--set", s]
+    log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else "")
+        + f" (console: {out}/run-{i + 1}.log)")
+    log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
+    with open(log_path, "w") as f, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                    env={**os.environ, "COLUMNS": "200"}) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            if any(p in line for p in PROGRESS):
+                log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
+    new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+    lines = log_path.read_text().strip().splitlines()
+    last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+    r = _result(e, proc.returncode, new[-1] if new else None, last, out)
+    (out / f"entry-{i + 1}.json").write_text(json.dumps(r, indent=2) + "\n")
+    log(f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}" + (f" ({last})" if proc.returncode in (2, 4) else ""))
+    return r
+
+
+def run_suite(suite: Suite, out: Path, log=print) -> int:
+    for i in range(len(suite.runs)):
+        run_entry(suite, i, out, log)
+    return aggregate(suite, out)
+
+
+def aggregate(suite: Suite, out: Path) -> int:
+    """index.json / index.md and the exit code from the entries' results (entry-N.json); an entry
+    with no result (its step never ran or was lost) counts as a failed run."""
     results = []
     for i, e in enumerate(suite.runs):
-        before = set(runs_root.iterdir())
-        argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
-        argv += ["--backend", e.backend] if e.backend else []
-        for s in [*suite.set, *e.set]:
-            argv += ["--set", s]
-        log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else "")
-            + f" (console: {out}/run-{i + 1}.log)")
-        log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
-        with open(log_path, "w") as f:
-            proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
-        new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
-        lines = log_path.read_text().strip().splitlines()
-        last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
-        results.append(_result(e, proc.returncode, new[-1] if new else None, last, out))
-        log(f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}" + (f" ({last})" if proc.returncode in (2, 4) else ""))
+        path = out / f"entry-{i + 1}.json"
+        results.append(json.loads(path.read_text()) if path.is_file() else
+                       _result(e, EXIT_RUN_FAILED, None, f"entry {i + 1} left no result ({path.name})", out))
     code = worst([r["exit_code"] for r in results])
     index = {"suite": suite.name, "description": suite.description, "finished": datetime.now(timezone.utc).isoformat(),
              "exit_code": code, "outcome": OUTCOME[code], "runs": results}
@@ -110,3 +140,39 @@ def markdown(index: dict) -> str:
         L.append(f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {r['outcome']} | {link} | "
                  f"{r['headline'] or r['message']} |")
     return "\n".join(L + [""])
+
+
+def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qualify") -> dict:
+    """A Buildkite dynamic pipeline (`bin/vse qualify --suite S --emit-pipeline | buildkite-agent
+    pipeline upload`): one step per entry, in parallel on the GPU queue, each keeping its run
+    directory and result as artifacts; then one step that aggregates them into the index and the
+    suite's exit code (INCONCLUSIVE soft, as in the serial run)."""
+    steps: list[dict] = [{
+        "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
+                 + (f" ({e.backend})" if e.backend else ""),
+        "key": f"qualify-{i + 1}",
+        # the candidate from a wheel the build names, in an environment of its own on this agent
+        "command": ('if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then python3 -m venv /tmp/vllm-candidate && '
+                    '/tmp/vllm-candidate/bin/pip install -q "$$CANDIDATE_VLLM_WHEEL"; fi\n'
+                    f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"),
+        "artifact_paths": [f"{reports}/**/*"],
+        # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
+        # skipped (not failed) where the organisation has none.
+        "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == "flashinfer" else queue},
+        **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == "flashinfer" else {}),
+        "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
+        "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
+        "timeout_in_minutes": 180,
+    } for i, e in enumerate(suite.runs)]
+    steps.append({"wait": None, "continue_on_failure": True})
+    steps.append({
+        "label": f":clipboard: {suite.name}: index and verdict",
+        "key": "qualify-index",
+        "command": (f'buildkite-agent artifact download "{reports}/**/*" . || true\n'
+                    f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}; code=$$?\n"
+                    f'buildkite-agent annotate --context qualify < {reports}/index.md || true\nexit $$code'),
+        "artifact_paths": [f"{reports}/index.*"],
+        "agents": {"queue": "cpu"},
+        "soft_fail": [{"exit_status": 3}],
+    })
+    return {"steps": steps}

@@ -13,17 +13,18 @@ from conftest import ROOT, needs_server
 
 pytestmark = [needs_server, pytest.mark.server]
 
-# 40 ms of busy work per step on a ~65 ms SmolLM2 decode step (2 cores): about +60%, far beyond the
-# 25% margins; 2 + 2 starts of one short run each. Margins that wide because a 2-core CI machine
-# wobbles by several percent between starts: the point is that the gate sees the slowdown at all.
+# 100 ms of busy work per step on a ~65 ms SmolLM2 decode step (2 cores): about +150%, far beyond the
+# 50% margin; 2 + 2 starts of one short run each. The decode gate alone (one gate, no Holm share) and
+# that wide because a busy 2-core machine moved CPU throughput by 18% between identical starts here:
+# the point is that the gate sees a planted slowdown at all and passes the same arm against itself.
 SETS = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=12", "workload.repeats=1",
         "workload.warmup_requests=2", "workload.dataset.output_len=48", "workload.usage_per_chunk=true",
-        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 25}, {metric: output_throughput, max_worse_pct: 25}]"]
+        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 50}]"]
 
 
 def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "vse.cli", "calibrate", "--scenario", "scenarios/cpu-smoke.yaml",
-                        "--plant-ms", "40", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
+                        "--plant-ms", "100", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
                        cwd=ROOT, capture_output=True, text=True, timeout=1500)
     out = next(tmp_path.glob("*-calibrate"))
     runs = sorted((out / "runs").iterdir())
@@ -35,6 +36,6 @@ def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
     assert "vse-planted-slowdown: applied in vllm.v1.worker.cpu_model_runner.CPUModelRunner" in cand_log
     rows = json.loads((out / "calibration.json").read_text())["rows"]
     gated = {(x["planted"], x["metric"]): x for x in rows if x["role"] == "gated"}
-    assert gated[("+40 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
+    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
     assert gated[("none (A/A)", "tmean_itl_token_ms")]["outcome"] == "pass"
-    assert gated[("+40 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 25
+    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 50

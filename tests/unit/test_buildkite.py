@@ -39,16 +39,24 @@ def test_every_make_command_in_a_pipeline_exists(path):
             assert suite in names
 
 
-def test_nightly_fans_out_and_keeps_history():
-    steps = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"]
-    matrix = steps[0]["matrix"]["setup"]
-    assert len(matrix["scenario"]) * len(matrix["backend"]) >= 4
+def test_nightly_fans_out_in_the_suites_image_and_keeps_history():
+    steps = {s.get("key"): s for s in yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"]}
+    matrix = steps["nightly-matrix"]["matrix"]["setup"]
     for sc in matrix["scenario"]:
         assert (ROOT / "scenarios" / f"{sc}.yaml").is_file()
-    assert steps[0]["soft_fail"] == [{"exit_status": 4}] and steps[0]["retry"]["automatic"][0]["exit_status"] == -1
-    assert steps[1] == {"wait": None, "continue_on_failure": True}
-    assert "bin/vse history" in steps[2]["command"] and "bin/vse trend" in steps[2]["command"]
-    assert "reports/history.sqlite" in steps[2]["artifact_paths"]
+    # GPU steps bring their environment: the suite's image for this commit, through the docker plugin
+    assert "docker build -f docker/Dockerfile" in steps["image"]["command"]
+    for k in ("nightly-matrix", "nightly-flashinfer"):
+        (plugin,) = steps[k]["plugins"]
+        assert plugin["docker#v5.12.0"]["image"] == "$VSE_IMAGE" and steps[k]["depends_on"] == "image"
+        assert steps[k]["artifact_paths"] == ["reports/2*/**/*"]  # run directories only, not the 52 MB examples
+        assert steps[k]["soft_fail"] == [{"exit_status": 4}]
+    # FlashInfer per-tensor FP8 needs SM100: a Blackwell queue, skipped where there is none
+    assert "flashinfer" not in matrix["backend"] and 'build.env("VSE_BLACKWELL_QUEUE")' in steps["nightly-flashinfer"]["if"]
+    assert steps["nightly-matrix"]["retry"]["automatic"][0]["exit_status"] == -1
+    trend = steps["trend"]["command"]
+    assert "VSE_HISTORY_URL" in trend and "bin/vse history" in trend and "bin/vse trend" in trend
+    assert "reports/history.sqlite" in steps["trend"]["artifact_paths"]
 
 
 @pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
@@ -82,3 +90,28 @@ def test_dockerfiles_pass_hadolint_and_carry_the_revision():
         assert "org.opencontainers.image.revision=$REVISION" in text and "VSE_IMAGE_REVISION=$REVISION" in text
     # The GPU image keeps vLLM's interpreter untouched: the suite has its own venv there.
     assert "python3 -m venv /opt/vse" in Path(files[0]).read_text()
+
+
+@pytest.mark.skipif(not SCHEMA.is_file(), reason="Buildkite's schema is not beside the repo")
+def test_release_qualification_is_a_dynamic_pipeline_a_step_per_entry(tmp_path, monkeypatch):
+    import jsonschema
+
+    from vse import qualify
+    monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
+    suite = qualify.load_suite("release")
+    p = qualify.pipeline(suite)
+    jsonschema.validate(p, json.loads(SCHEMA.read_text()))
+    entries = [s for s in p["steps"] if s.get("key", "").startswith("qualify-") and s["key"] != "qualify-index"]
+    assert len(entries) == len(suite.runs) and all("--entry" in s["command"] for s in entries)
+    fi = [s for s, e in zip(entries, suite.runs) if e.backend == "flashinfer"]
+    assert fi and all("VSE_BLACKWELL_QUEUE" in s["if"] for s in fi)
+    assert "--aggregate" in p["steps"][-1]["command"]
+    # the aggregation step folds the entries' results; an entry that left none is a failed run
+    out = tmp_path / "q"
+    out.mkdir()
+    for i, code in ((1, 0), (2, 4), (3, 3)):
+        (out / f"entry-{i}.json").write_text(json.dumps({"scenario": "s", "backend": None, "set": [], "exit_code": code,
+                                                         "outcome": qualify.OUTCOME[code], "run": None, "message": "",
+                                                         "headline": "", "gates": []}))
+    assert qualify.aggregate(suite, out) == 2  # entry 4 left nothing: RUN FAILED
+    assert "entry 4 left no result" in (out / "index.md").read_text()

@@ -6,19 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from vse.analysis import Analysis, analyze
-from vse.report import html, markdown, results_json
+from vse.report import html, markdown, results_json, vllm_files
 from vse.rundir.files import atomic_write_text, write_json
 
 
-def build(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None) -> Analysis:
+def build(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None,
+          vllm_detailed: bool = False) -> Analysis:
     a = analyze(run_dir, noise_run=noise_run, gemm_file=gemm_file)
     for _, point in a.sweep:  # each load point's own reports, beside its records
-        write(point)
-    write(a)
+        write(point, vllm_detailed)
+    write(a, vllm_detailed)
     return a
 
 
-def write(a: Analysis) -> None:
+def write(a: Analysis, vllm_detailed: bool = False) -> None:
+    vllm_files.write(a, detailed=vllm_detailed)
     run_dir = a.run_dir
     atomic_write_text(Path(run_dir) / "summary.md", markdown.render(a))
     write_json(Path(run_dir) / "results.json", results_json.render(a))

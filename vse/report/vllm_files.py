@@ -1,0 +1,46 @@
+"""Results in the forms other tools read: one file per measured run exactly as `vllm bench serve
+--save-result` writes it (with --save-detailed: its per-request arrays too), under
+<run>/<arm>/vllm/bench-K.json, so vLLM's own scripts and dashboards take a suite run as they take
+theirs; and results.csv, one row per run and metric, for a spreadsheet or a database load."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from vse.analysis import Analysis
+from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.rawdata import repeat_metrics
+from vse.stats import estimate as stats
+from vse.stats import metrics
+
+CSV_FIELDS = ("run", "arm", "label", "backend", "repeat", "server_start", "metric", "value")
+
+
+def write(a: Analysis, detailed: bool = False) -> None:
+    w = a.scenario.workload
+    for name, arm in a.arms.items():
+        out = Path(a.run_dir) / name / "vllm"
+        for k, raw in enumerate(arm.raw):
+            m = repeat_metrics(raw, w.percentiles, w.goodput)
+            write_json(out / f"bench-{k}.json", metrics.vllm_result_json(
+                m, label=arm.label, model_id=a.scenario.model.served_name, tokenizer_id=a.run.get("model", ""),
+                num_prompts=w.num_prompts, endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=detailed,
+                date=str(a.run.get("started", ""))))
+    atomic_write_text(Path(a.run_dir) / "results.csv", csv_text(a))
+
+
+def csv_text(a: Analysis) -> str:
+    w = a.scenario.workload
+    defs = stats.metric_defs(w.percentiles, w.goodput is not None, energy=True)
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CSV_FIELDS)
+    for name, arm in a.arms.items():
+        for k, d in enumerate(arm.repeat_data):
+            for m in defs:
+                if math.isfinite(v := stats.point_value(d, m)):
+                    out.writerow((a.run_dir.name, name, arm.label, arm.backend, k, d.start, m.key, f"{v:.6g}"))
+    return buf.getvalue()

@@ -34,7 +34,7 @@ AUTOTUNE ?=
 # SET reaches the suite as one string, split as a shell splits words, so a value with a space
 # stays one override when quoted: SET='workload.num_prompts=16 "server.extra_args=[--a, --b]"'.
 export SET
-# Boolean variables (AA, WHATIF, AUTOTUNE): 1/true or 0/false; anything else stops make in one line.
+# Boolean variables (AA, WHATIF, AUTOTUNE, SHARE_BASELINE): 1/true or 0/false; anything else stops make in one line.
 bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): use 1, 0, true or false),$(filter 1 true,$($(1)))))
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
@@ -79,8 +79,10 @@ trend: $(SUITE_ENV)
 # Does each gate see a regression of known size? A/B against planted slowdowns (ms per engine step)
 # and, with AA=1, the A/A; one calibration report (vse/calibrate.py).
 PLANT_MS ?= 0.2,0.8
+SHARE_BASELINE ?=
 calibrate: $(SUITE_ENV)
-	$(PY) -m vse.cli calibrate --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa)
+	$(PY) -m vse.cli calibrate --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa) \
+		$(if $(call bool,SHARE_BASELINE),--share-baseline)
 
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release

@@ -3,4 +3,4 @@
 Data flows one way: scenario -> servers -> raw records -> statistics -> reports.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

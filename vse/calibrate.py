@@ -3,8 +3,10 @@ known size (and, with --aa, as A/A), then one calibration report: per gated metr
 truth, the measured change and its gate interval, whether the interval covered the truth, the
 outcome, and the minimum detectable effect at 80% power for the scenario's planned starts.
 
-Each comparison is a `vse compare` of its own (its run directory, its exit code); the planted arms
-reuse the first comparison's baseline (--base-run), so the baseline is measured once. The report
+Each comparison is a `vse compare` of its own (its run directory, its exit code), its arms
+interleaved A B B A so that a machine whose speed drifts moves both alike. --share-baseline reuses
+the first comparison's baseline instead (--base-run: fewer server starts, for a machine known to be
+steady, as the H200 calibration did; on a 2-core CPU the A/A then read a 10% drift as a difference). The report
 can be rebuilt from finished run directories alone (`vse calibrate --runs DIR ...`): that is how
 runs made across several device calls are put together."""
 
@@ -32,7 +34,7 @@ def planted_arm(base: dict, ms: float, device_cpu: bool, steps: str = "all") -> 
 
 
 def run_all(scenario: str, plant_ms: list[float], aa: bool, sets: list[str], out: Path,
-            log: Callable[[str], None]) -> list[Path]:
+            log: Callable[[str], None], share_baseline: bool = False) -> list[Path]:
     s = load_scenario(scenario, overrides=sets)
     base = s.arms.baseline.model_dump(mode="json", exclude_none=True)
     cpu = s.server.device.value == "cpu"
@@ -44,7 +46,8 @@ def run_all(scenario: str, plant_ms: list[float], aa: bool, sets: list[str], out
         jobs.append((["--aa"], "A/A"))
     for i, (extra, what) in enumerate(jobs):
         argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", scenario, "--reports", str(runs_root)]
-        argv += [a for x in sets for a in ("--set", x)] + extra + (["--base-run", str(runs[0])] if runs else [])
+        argv += [a for x in sets for a in ("--set", x)] + extra
+        argv += ["--base-run", str(runs[0])] if runs and share_baseline else []
         before = set(runs_root.iterdir())
         log(f"calibrate: {i + 1}/{len(jobs)}: {what}")
         code = subprocess.run(argv).returncode
@@ -97,7 +100,7 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
     a0 = analyses[0]
     L = [f"# Calibration: {a0.scenario.name}", "",
          f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
-         f"(the first one's baseline is every comparison's baseline). Truths are computed from that baseline: "
+         f"(truths are computed from the first one's baseline): "
          f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
          f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.", "",
          "| run | planted | metric | role | margin | truth | measured (gate interval) | covers truth | outcome | "

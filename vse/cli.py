@@ -260,7 +260,8 @@ def cmd_calibrate(args) -> int:
         plant = [float(x) for x in args.plant_ms.split(",") if x.strip()]
         if not plant and not args.aa:
             raise SuiteError("calibrate: give --plant-ms (ms per engine step, e.g. 0.21,0.84) or --aa")
-        runs = calibrate.run_all(args.scenario, plant, args.aa, args.set, out, log=lambda m: console.print(m, highlight=False))
+        runs = calibrate.run_all(args.scenario, plant, args.aa, args.set, out,
+                                 log=lambda m: console.print(m, highlight=False), share_baseline=args.share_baseline)
     code = calibrate.report(runs, out)
     print((out / "calibration.md").read_text())
     console.print(f"calibration: {out}/calibration.md, calibration.json (exit {code})", highlight=False)
@@ -387,6 +388,8 @@ def parser() -> argparse.ArgumentParser:
     scenario_args(ca)
     ca.add_argument("--plant-ms", default="", help="ms of work per engine step, one comparison each, e.g. 0.21,0.84")
     ca.add_argument("--aa", action="store_true", help="also the A/A (the baseline against itself)")
+    ca.add_argument("--share-baseline", action="store_true",
+                    help="reuse the first comparison's baseline (fewer starts; only on a machine known to be steady)")
     ca.add_argument("--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories")
     ca.add_argument("--reports", default="reports")
     ca.set_defaults(fn=cmd_calibrate)

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,34 @@ def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
     with pytest.raises(ScenarioError, match="sweep and max_server_starts do not combine"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2]}",
                                                              "run.max_server_starts=4"])
+
+
+def test_the_schema_reference_in_the_docs_is_the_generated_one():
+    """docs/scenarios.md's key table is generated from the pydantic models: a key added to the schema
+    and not to the docs fails here (regenerate with `python -m vse.schema_doc`)."""
+    from vse.schema_doc import BEGIN, END, reference
+    text = (ROOT / "docs" / "scenarios.md").read_text()
+    assert BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END == reference()
+    assert "| `arms.candidate.planted_slowdown.gpu_ms_per_step` | float | `0.0` |" in reference()
+
+
+@pytest.mark.parametrize("override, said", [
+    ("accuracy.limit={gsm8kk: 16}", "accuracy.limit: 'gsm8kk' is not in accuracy.tasks"),
+    ("accuracy.tasks=[gsm8k, nosuchtask]", "accuracy.tasks: 'nosuchtask' is neither an lm-eval task"),
+    ("accuracy.limit=null", "gsm8k has no limit and would run every question on a CPU server"),
+    ("workload.dataset.seed=-1", "workload.dataset.seed: Input should be greater than or equal to 0"),
+    ("gates.performance=[{metric: median_itl_tokn_ms, max_worse_pct: 5}]",
+     "unknown metric 'median_itl_tokn_ms' (did you mean 'median_itl_token_ms'?)"),
+])
+def test_names_and_values_compare_would_meet_later_are_refused_by_check(override, said):
+    """Issue 29: a typo in a per-task limit ran gsm8k unlimited; a negative seed crashed after a
+    server start; an unknown gated metric failed late."""
+    with pytest.raises(ScenarioError, match=re.escape(said)):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=[override])
+
+
+def test_a_non_utf8_scenario_names_the_file_and_byte(tmp_path):
+    bad = tmp_path / "x.yaml"
+    bad.write_bytes(b"name: x\xff\n")
+    with pytest.raises(ScenarioError, match=r"x.yaml: not UTF-8 text \(byte 0xff at offset 7\)"):
+        load_scenario(bad)

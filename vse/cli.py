@@ -16,11 +16,11 @@ import traceback
 import warnings
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from vse import __version__, report
 from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
+from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
 from vse.rundir.files import read_json, write_json
@@ -184,113 +184,6 @@ def cmd_gemm_bench(args) -> int:
     return 0
 
 
-def cmd_history(args) -> int:
-    """Ingest finished run directories into the history (SQLite path or postgresql:// URL); the same
-    run twice changes nothing. A folder of runs (reports/) is walked; unfinished runs and folders
-    that hold none are listed as skipped, not failed (the nightly's matrix leaves both); committed
-    examples ingest from their packed raw data. Exit 2 only for a damaged run or a database error."""
-    import tempfile
-
-    from vse.history import store as history
-    from vse.rundir import packed
-
-    db, refused = history.connect(args.db), 0
-    for run in _run_dirs([Path(r) for r in args.runs]):
-        try:
-            if run.parent.name != "sweep" and (run / "run.json").is_file() and \
-                    read_json(run / "run.json").get("status") != "complete":
-                console.print(f"skipped: {run}: status {read_json(run / 'run.json').get('status')} (not finished)",
-                              highlight=False)
-                continue
-            if packed.is_packed(run):  # a committed example: its raw data is packed
-                with tempfile.TemporaryDirectory() as tmp:
-                    r = history.ingest(db, packed.unpack(run, Path(tmp)), name=f"example:{run.name}")
-            else:
-                r = history.ingest(db, run)
-        except SuiteError as e:
-            console.print(f"[bold red]refused:[/] {e}", highlight=False)
-            refused += 1
-            continue
-        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history",
-                      highlight=False)
-    return EXIT_RUN_FAILED if refused else 0
-
-
-def _run_dirs(paths: list[Path]) -> list[Path]:
-    """Run directories among paths: a run itself, or a folder walked (two levels) for runs."""
-    out = []
-    for p in paths:
-        if (p / "run.json").is_file():
-            out.append(p)
-            continue
-        found = sorted({q.parent for pat in ("*/run.json", "*/*/run.json") for q in p.glob(pat)
-                        if "sweep" not in q.parts[len(p.parts):]})
-        if not found:
-            console.print(f"skipped: {p}: not a run directory and holds none", highlight=False)
-        out += found
-    return out
-
-
-def cmd_trend(args) -> int:
-    """trend.md and trend.html from the history; exit 1 when a series' latest change is a regression."""
-    from vse.history import store as history
-    from vse.report import trend
-
-    python = provision.ensure_changepoint(args.cache, console)
-    series = trend.build(history.connect(args.db), str(python) if python else None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "trend.md").write_text(trend.markdown(series))
-    (out / "trend.html").write_text(trend.html(series))
-    print((out / "trend.md").read_text())
-    worse = [s for s in series if s.detection.changes and s.detection.changes[-1] in s.regressions()]
-    return 1 if worse else 0
-
-
-def cmd_calibrate(args) -> int:
-    from datetime import datetime, timezone
-
-    from vse import calibrate
-
-    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-calibrate"
-    out.mkdir(parents=True, exist_ok=True)
-    if args.runs:
-        runs = [Path(r) for r in args.runs]
-    else:
-        plant = [float(x) for x in args.plant_ms.split(",") if x.strip()]
-        if not plant and not args.aa:
-            raise SuiteError("calibrate: give --plant-ms (ms per engine step, e.g. 0.21,0.84) or --aa")
-        runs = calibrate.run_all(args.scenario, plant, args.aa, args.set, out,
-                                 log=lambda m: console.print(m, highlight=False), share_baseline=args.share_baseline)
-    code = calibrate.report(runs, out)
-    print((out / "calibration.md").read_text())
-    console.print(f"calibration: {out}/calibration.md, calibration.json (exit {code})", highlight=False)
-    return code
-
-
-def cmd_qualify(args) -> int:
-    from datetime import datetime, timezone
-
-    from vse import qualify
-
-    suite = qualify.load_suite(args.suite)
-    if args.emit_pipeline:  # | buildkite-agent pipeline upload
-        print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
-        return 0
-    out = Path(args.out) if args.out else \
-        Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
-    log = lambda m: console.print(m, highlight=False)
-    if args.entry:  # one entry of the list: a step of the dynamic pipeline
-        if not 1 <= args.entry <= len(suite.runs):
-            raise SuiteError(f"--entry {args.entry}: the suite {suite.name} has entries 1-{len(suite.runs)}")
-        out.mkdir(parents=True, exist_ok=True)
-        return qualify.run_entry(suite, args.entry - 1, out, log)["exit_code"]
-    code = qualify.aggregate(suite, out) if args.aggregate else qualify.run_suite(suite, out, log=log)
-    print((out / "index.md").read_text())
-    console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
-    return code
-
-
 def cmd_setup(args) -> int:
     from vse.models import sources as models
 
@@ -324,7 +217,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def scenario_args(sp):
-        sp.add_argument("--scenario", default="scenarios/cpu-smoke.yaml")
+        sp.add_argument("--scenario", default="scenarios/cpu-smoke.yaml",
+                        help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s")
         sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a scenario setting (YAML value), e.g. workload.num_prompts=16")
         sp.add_argument("--sets", type=shlex.split, default=[], metavar="'K=V K=V'",
@@ -333,7 +227,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="run both arms and compare them")
     scenario_args(c)
     c.add_argument("--backend", default="", help="the candidate arm's GEMM backend")
-    c.add_argument("--reports", default="reports")
+    c.add_argument("--reports", default="reports", help="where run directories go (default %(default)s)")
     c.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
     c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
     c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
@@ -344,8 +238,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--resume", default="", help="add server starts to this run directory")
     c.set_defaults(fn=cmd_compare)
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
-    r.add_argument("run")
-    r.add_argument("--noise-run", type=Path, default=None)
+    r.add_argument("run", help="a run directory (reports/<time>-<scenario>-<backend>)")
+    r.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
     r.add_argument("--vllm-detailed", action="store_true",
                    help="the per-run vLLM files with per-request arrays, as vllm bench serve --save-detailed")
     r.add_argument("--gemm", type=Path, default=None,
@@ -353,28 +247,28 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_report)
     b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
     scenario_args(b)
-    b.add_argument("--url", required=True)
-    b.add_argument("--model", default="")
-    b.add_argument("--tokenizer", default="")
-    b.add_argument("--out", default="reports/bench")
+    b.add_argument("--url", required=True, help="a running OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    b.add_argument("--model", default="", help="the served model name (default: the scenario's)")
+    b.add_argument("--tokenizer", default="", help="a tokenizer directory for the prompts (default: the scenario's)")
+    b.add_argument("--out", default="reports/bench", help="where result.json and the records go (never overwritten)")
     b.set_defaults(fn=cmd_bench)
     gb = sub.add_parser("gemm-bench", help="time the model's FP8 GEMM shapes per backend on this GPU")
     scenario_args(gb)
-    gb.add_argument("--out", default="reports/gemm")
-    gb.add_argument("--backends", default="cutlass,torch,flashinfer")
+    gb.add_argument("--out", default="reports/gemm", help="where gemm.json and its reports go")
+    gb.add_argument("--backends", default="cutlass,torch,flashinfer", help="comma-separated (default %(default)s)")
     gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
     gb.set_defaults(fn=cmd_gemm_bench)
-    hi = sub.add_parser("history", help="ingest finished run directories into the results history (SQLite)")
-    hi.add_argument("runs", nargs="+")
-    hi.add_argument("--db", default="reports/history.sqlite")
+    hi = sub.add_parser("history", help="ingest finished runs (or folders of them) into the history (a SQLite path or postgresql:// URL)")
+    hi.add_argument("runs", nargs="+", help="run directories, or folders holding them (reports/)")
+    hi.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
     hi.set_defaults(fn=cmd_history)
     tr = sub.add_parser("trend", help="trend report with change points from the results history")
-    tr.add_argument("--db", default="reports/history.sqlite")
-    tr.add_argument("--out", default="reports/trend")
+    tr.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
+    tr.add_argument("--out", default="reports/trend", help="where trend.md and trend.html go")
     tr.set_defaults(fn=cmd_trend)
     q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
-    q.add_argument("--suite", required=True)
-    q.add_argument("--reports", default="reports")
+    q.add_argument("--suite", required=True, help="a list under scenarios/suites/ (release, cpu) or a file")
+    q.add_argument("--reports", default="reports", help="where the qualification's folder goes")
     q.add_argument("--out", default="", help="the qualification's folder (default: reports/<time>-qualify-<suite>)")
     q.add_argument("--emit-pipeline", action="store_true", help="print a Buildkite dynamic pipeline: a step per entry")
     q.add_argument("--queue", default="gpu-h200", help="the GPU agents' queue, with --emit-pipeline")
@@ -391,11 +285,11 @@ def parser() -> argparse.ArgumentParser:
     ca.add_argument("--share-baseline", action="store_true",
                     help="reuse the first comparison's baseline (fewer starts; only on a machine known to be steady)")
     ca.add_argument("--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories")
-    ca.add_argument("--reports", default="reports")
+    ca.add_argument("--reports", default="reports", help="where the calibration's folder goes")
     ca.set_defaults(fn=cmd_calibrate)
     ck = sub.add_parser("check", help="validate a scenario file")
     scenario_args(ck)
-    ck.add_argument("--backend", default="")
+    ck.add_argument("--backend", default="", help="the candidate arm's GEMM backend (as make check BACKEND=)")
     ck.set_defaults(fn=cmd_check)
     return p
 

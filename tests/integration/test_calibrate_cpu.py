@@ -13,15 +13,16 @@ from conftest import ROOT, needs_server
 
 pytestmark = [needs_server, pytest.mark.server]
 
-# 100 ms of busy work per step on a ~65 ms SmolLM2 decode step (2 cores): about +140%, far beyond the
-# 50% margin. 3 + 3 interleaved starts of one short run each: at 2 + 2 a busy 2-core machine's
-# start-to-start spread left Welch about 1 degree of freedom and the A/A's interval [-67%, +102%]
-# (seen here). The decode gate alone (one gate, no Holm share), that wide for the same reason: the
-# point is that the gate sees a planted slowdown at all and passes the same arm against itself.
+# 100 ms of busy work per step on a ~60 ms SmolLM2 decode step (2 cores): +170% measured here, far
+# beyond the 100% margin. 3 + 3 interleaved starts of one short run each: at 2 + 2 the start-to-start
+# spread left Welch about 1 degree of freedom (an A/A interval of [-67%, +102%]), and even at 3 + 3
+# one start of an A/A's baseline ran 45% slower than its siblings ([-46%, +52%]). The decode gate
+# alone (one gate, no Holm share), its margin that wide for the same reason: the point is that the
+# gate sees a planted slowdown at all and passes the same arm against itself on a 2-core machine.
 SETS = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=8", "workload.repeats=1",
         "workload.warmup_requests=2", "workload.dataset.output_len=32", "workload.usage_per_chunk=true",
         "run.server_starts=3",
-        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 50}]"]
+        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 100}]"]
 
 
 def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
@@ -40,4 +41,4 @@ def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
     gated = {(x["planted"], x["metric"]): x for x in rows if x["role"] == "gated"}
     assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
     assert gated[("none (A/A)", "tmean_itl_token_ms")]["outcome"] == "pass"
-    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 50
+    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 100

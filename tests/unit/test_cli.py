@@ -213,3 +213,13 @@ def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
     provision._run([sys.executable, "-c", "pass"], "creating the venv", tmp_path / "setup.log",
                    Console(file=buf, force_terminal=False))
     assert buf.getvalue().strip() == "setup: creating the venv ..."
+
+
+def test_every_option_of_every_command_has_help():
+    p = cli.parser()
+    sub = next(a for a in p._actions if a.dest == "cmd")
+    missing = [f"{name} {a.option_strings or a.dest}" for name, sp in sub.choices.items() for a in sp._actions
+               if a.help is None and a.dest != "help"]
+    assert missing == []
+    assert set(sub.choices) >= {"compare", "report", "check", "bench", "gemm-bench", "history", "trend", "qualify",
+                                "calibrate", "setup"}

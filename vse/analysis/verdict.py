@@ -26,9 +26,10 @@ EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED 
 # waves arrive, and a run in the rarer mode is not disturbed (the H200 A/A lost one that way).
 # The decode step per token where the chunks' token counts are known (per-chunk ITL moves with
 # coalescing), per chunk otherwise.
-# A client event-loop stall this long delays every timestamp taken meanwhile (the H200 A/B had one
-# run with a 198 ms stall and 3.6% less throughput than its siblings; normal runs stay under 30 ms).
-CLIENT_STALL_MS = 100.0
+# A client event-loop stall this long delays every timestamp taken meanwhile: the H200 A/B of issue 28
+# had one run with a 198 ms stall and 3.6% less throughput than its siblings, while the committed
+# H200 examples hold single stalls of 80-132 ms that moved their run's throughput by under 0.6%.
+CLIENT_STALL_MS = 150.0
 HEALTH_METRICS = {"output_throughput": 0.02, "tmean_itl_token_ms": 0.03}
 HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
 

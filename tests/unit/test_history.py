@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import sqlalchemy as sa
 from conftest import ROOT
 
@@ -36,9 +37,14 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
                                 "FROM runs WHERE arm = 'candidate' ORDER BY repeat DESC")).first()
         keys = {k for (k,) in c.execute(sa.text("SELECT DISTINCT key FROM metrics"))}
         gates = c.execute(sa.text("SELECT COUNT(*) FROM gates WHERE run = :r"), {"r": run.name}).scalar()
+        tp = c.execute(sa.text("SELECT rel_change, ci_low, ci_high, verdict FROM comparisons WHERE run = :r AND "
+                               "metric = 'output_throughput'"), {"r": run.name}).first()
     assert row[:5] == ("cpu-smoke", "candidate", "none", "0.32.0", "cpu") and row[5] == 1 and row[6].startswith("2026")
     assert row[7] == "isl=128 osl=64 n=32 c=8 rate=inf kind=random" and row[8] == 0
     assert {"output_throughput", "median_tpot_ms", "p99_ttft_ms", "median_ttft_first_wave_ms"} <= keys and gates > 0
+    res = json.loads((EX / "cpu-smoke" / "results.json").read_text())
+    want = next(m for m in res["comparison"] if m["key"] == "output_throughput")
+    assert tp[0] == pytest.approx(want["rel_change"]) and tp[1] <= tp[0] <= tp[2] and tp[3] == want["verdict"]
     half = unpack(EX / "cpu-smoke-aa", tmp_path / "h")
     meta = json.loads((half / "run.json").read_text())
     (half / "run.json").write_text(json.dumps({**meta, "status": "failed"}))

@@ -1,6 +1,6 @@
 """The results history: one row per run-level measurement (a run of an arm on one server start)
 with what makes a series comparable (workload, GPU, TP, calibration arm, versions), its run-level
-metrics, and the run's gate outcomes. SQLite for one machine (a path), PostgreSQL for a central
+metrics, the run's comparison (change and interval per metric) and its gate outcomes. SQLite for one machine (a path), PostgreSQL for a central
 history every CI agent writes to (postgresql://...), through SQLAlchemy Core; the suite creates
 and migrates the schema. Ingesting is idempotent; only finished runs go in. Reads results.json
 where it can and the raw records (through analysis) for run-level values."""
@@ -52,6 +52,13 @@ GATES = sa.Table(  # "when did this gate first FAIL" is one query
     "gates", META,
     sa.Column("run", sa.Text, primary_key=True), sa.Column("gate", sa.Text, primary_key=True),
     sa.Column("metric", sa.Text), sa.Column("outcome", sa.Text, nullable=False), sa.Column("detail", sa.Text),
+    sa.Column("started", sa.Text), sa.Column("scenario", sa.Text),
+)
+COMPARISONS = sa.Table(  # the run's A/B figures: change and interval per metric, its verdict
+    "comparisons", META,
+    sa.Column("run", sa.Text, primary_key=True), sa.Column("metric", sa.Text, primary_key=True),
+    sa.Column("baseline", sa.Float), sa.Column("candidate", sa.Float), sa.Column("rel_change", sa.Float),
+    sa.Column("ci_low", sa.Float), sa.Column("ci_high", sa.Float), sa.Column("verdict", sa.Text),
     sa.Column("started", sa.Text), sa.Column("scenario", sa.Text),
 )
 sa.Index("runs_by_series", RUNS.c.scenario, RUNS.c.arm, RUNS.c.backend, RUNS.c.started)
@@ -146,6 +153,12 @@ def _insert(engine: sa.Engine, a, name: str, common: dict[str, Any]) -> int:
                 if vals:
                     c.execute(METRICS.insert(), vals)
                 rows += 1
+        finite = lambda x: x if x is not None and math.isfinite(x) else None
+        if rows and a.comparison:
+            c.execute(COMPARISONS.insert(), [
+                {"run": name, "metric": m.key, "baseline": finite(m.baseline), "candidate": finite(m.candidate),
+                 "rel_change": finite(m.rel_change), "ci_low": finite(m.ci_low), "ci_high": finite(m.ci_high),
+                 "verdict": m.verdict.value, "started": common["started"], "scenario": s.name} for m in a.comparison])
         if rows:
             c.execute(GATES.insert(), [{"run": name, "gate": g.name, "metric": g.metric, "outcome": g.outcome.value,
                                         "detail": g.detail[:1000], "started": common["started"], "scenario": s.name}

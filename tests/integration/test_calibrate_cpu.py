@@ -13,21 +13,22 @@ from conftest import ROOT, needs_server
 
 pytestmark = [needs_server, pytest.mark.server]
 
-# 100 ms of busy work per step on a ~60 ms SmolLM2 decode step (2 cores): +170% measured here, far
-# beyond the 100% margin. 3 + 3 interleaved starts of one short run each: at 2 + 2 the start-to-start
-# spread left Welch about 1 degree of freedom (an A/A interval of [-67%, +102%]), and even at 3 + 3
-# one start of an A/A's baseline ran 45% slower than its siblings ([-46%, +52%]). The decode gate
-# alone (one gate, no Holm share), its margin that wide for the same reason: the point is that the
-# gate sees a planted slowdown at all and passes the same arm against itself on a 2-core machine.
+# 400 ms of busy work per step on a ~60 ms SmolLM2 decode step (2 cores): about +600%, far beyond the
+# 150% margin. 3 + 3 interleaved starts of one short run each: at 2 + 2 the start-to-start spread left
+# Welch about 1 degree of freedom (an A/A interval of [-67%, +102%]); at 3 + 3 A/A intervals of
+# [-46%, +52%] and [-18%, +83%] were seen here, and a +100 ms plant read +155% [+95%, +234%] once
+# (INCONCLUSIVE at a 100% margin). The decode gate alone (one gate, no Holm share), margin and plant
+# that large for the same reason: the point is that the gate sees a planted slowdown at all and passes
+# the same arm against itself on a 2-core machine, every time.
 SETS = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=8", "workload.repeats=1",
         "workload.warmup_requests=2", "workload.dataset.output_len=32", "workload.usage_per_chunk=true",
         "run.server_starts=3",
-        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 100}]"]
+        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 150}]"]
 
 
 def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "vse.cli", "calibrate", "--scenario", "scenarios/cpu-smoke.yaml",
-                        "--plant-ms", "100", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
+                        "--plant-ms", "400", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
                        cwd=ROOT, capture_output=True, text=True, timeout=1500)
     out = next(tmp_path.glob("*-calibrate"))
     runs = sorted((out / "runs").iterdir())
@@ -39,6 +40,6 @@ def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
     assert "vse-planted-slowdown: applied in vllm.v1.worker.cpu_model_runner.CPUModelRunner" in cand_log
     rows = json.loads((out / "calibration.json").read_text())["rows"]
     gated = {(x["planted"], x["metric"]): x for x in rows if x["role"] == "gated"}
-    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
+    assert gated[("+400 ms per all step", "tmean_itl_token_ms")]["outcome"] == "fail"
     assert gated[("none (A/A)", "tmean_itl_token_ms")]["outcome"] == "pass"
-    assert gated[("+100 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 100
+    assert gated[("+400 ms per all step", "tmean_itl_token_ms")]["truth_pct"] > 150

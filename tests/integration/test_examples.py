@@ -179,14 +179,17 @@ def test_the_fidelity_gate_on_cpu_fails_the_2_percent_fault_and_passes_float16(t
 def test_the_h200_whatif_full_design_example_says_what_the_readme_quotes(tmp_path):
     """README "What-if result on the H200": FlashInfer's what-if GEMM against CUTLASS on the written
     checkpoint, 3 + 2 measured starts on one machine, the what-if arm's checks made up by a start that
-    ran no workload on another. Throughput passes, median ITL and first-wave TTFT stay undecided,
-    fidelity passes; the made-up start is named and counted nowhere."""
+    ran no workload on another. Since 0.2.0 no performance gate is decided at 3 + 2 starts (a look the
+    alpha-spending plan never counted; throughput PASSed there before), fidelity passes; the made-up
+    start is named and counted nowhere."""
     run = unpack(ROOT / "reports" / "examples" / "h200-cutlass-vs-flashinfer-whatif", tmp_path)
     assert report(run, "--gemm", ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json").returncode == 3
     res = json.loads((run / "results.json").read_text())
     gates = {g["name"].split(" not worse")[0]: g["outcome"] for g in res["gates"]}
     assert [gates[m] for m in ("output_throughput", "median_itl_ms", "median_ttft_first_wave_ms")] == \
-        ["pass", "inconclusive", "inconclusive"]
+        ["inconclusive", "inconclusive", "inconclusive"]
+    tp_gate = next(g for g in res["gates"] if g["name"].startswith("output_throughput"))
+    assert "not decided: unbalanced arms (3 + 2 server starts)" in tp_gate["detail"]
     assert gates["fidelity to the reference (torch)"] == "pass" and res["design"]["server_starts"] == {
         "baseline": 3, "candidate": 2}
     tput = next(c for c in res["comparison"] if c["key"] == "output_throughput")

@@ -11,7 +11,6 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
-from vse.rundir.files import read_json
 
 console = Console(stderr=True)
 
@@ -29,16 +28,14 @@ def cmd_history(args) -> int:
     db, refused = history.connect(args.db), 0
     for run in _run_dirs([Path(r) for r in args.runs]):
         try:
-            if run.parent.name != "sweep" and (run / "run.json").is_file() and \
-                    read_json(run / "run.json").get("status") != "complete":
-                console.print(f"skipped: {run}: status {read_json(run / 'run.json').get('status')} (not finished)",
-                              highlight=False)
-                continue
             if packed.is_packed(run):  # a committed example: its raw data is packed
                 with tempfile.TemporaryDirectory() as tmp:
                     r = history.ingest(db, packed.unpack(run, Path(tmp)), name=f"example:{run.name}")
             else:
                 r = history.ingest(db, run)
+        except history.UnfinishedRun as e:  # the store's own rule, said as a skip: the nightly leaves such runs
+            console.print(f"skipped: {e}", highlight=False)
+            continue
         except SuiteError as e:
             console.print(f"[bold red]refused:[/] {e}", highlight=False)
             refused += 1

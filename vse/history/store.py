@@ -69,6 +69,10 @@ class HistoryError(SuiteError):
     pass
 
 
+class UnfinishedRun(HistoryError):
+    """A run that did not complete: never ingested; a folder walk lists it as skipped, not failed."""
+
+
 @dataclass(frozen=True)
 class Ingested:
     run: str
@@ -115,7 +119,7 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
         raise HistoryError(f"{run_dir}: not a run directory (no run.json)")
     status = read_json(run_dir / "run.json").get("status")
     if status != "complete":
-        raise HistoryError(f"{run_dir}: the run did not finish (status {status}); not ingested")
+        raise UnfinishedRun(f"{run_dir}: status {status} (not finished)")
     with engine.connect() as c:
         if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run == name).limit(1)).first():
             return Ingested(name, 0)

@@ -36,6 +36,7 @@ class ArmAnalysis:
     accuracy_status: str
     agreement: list[Completion] | None
     agreement_self: list[Completion] | None = None
+    repeats_detailed: list[dict[str, Any]] = field(default_factory=list)  # the same with the arrays (vLLM files)
     raw: list[Any] = field(default_factory=list)  # benchmark.RepeatResult per repeat: records + meta
     server_deltas: list[dict[str, Any] | None] = field(default_factory=list)
     loop_lag_ms: list[dict[str, float]] = field(default_factory=list)
@@ -85,7 +86,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     acc_status = read_json(status_file)["status"] if status_file.is_file() else ("done" if acc else "not run")
     return ArmAnalysis(
         name=name, label=spec.label, backend=spec.backend.value, servers=servers,
-        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
+        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per], repeats_detailed=per,
         repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
                      for r, st, t in zip(reps, starts, tele)], block=block,
         accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from vse.analysis import Analysis
 from vse.rundir.files import atomic_write_text, write_json
-from vse.rundir.rawdata import repeat_metrics
 from vse.stats import estimate as stats
 from vse.stats import metrics
 
@@ -23,8 +22,7 @@ def write(a: Analysis, detailed: bool = False) -> None:
     w = a.scenario.workload
     for name, arm in a.arms.items():
         out = Path(a.run_dir) / name / "vllm"
-        for k, raw in enumerate(arm.raw):
-            m = repeat_metrics(raw, w.percentiles, w.goodput)
+        for k, m in enumerate(arm.repeats_detailed):
             write_json(out / f"bench-{k}.json", metrics.vllm_result_json(
                 m, label=arm.label, model_id=a.scenario.model.served_name, tokenizer_id=a.run.get("model", ""),
                 num_prompts=w.num_prompts, endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=detailed,

@@ -112,6 +112,7 @@ test-integration: $(SUITE_ENV) setup
 
 lint: $(SUITE_ENV)
 	$(PY) -m ruff check vse tests benchmarks
+	$(PY) -m ruff format --check vse tests benchmarks
 	$(PY) -m mypy
 
 clean-venv:

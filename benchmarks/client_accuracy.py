@@ -38,7 +38,6 @@ RID = re.compile(r"\[rid=(\d+)\]")
 HERE = Path(__file__).resolve().parent
 
 
-
 def _post(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=10).read()
 
@@ -70,12 +69,39 @@ def run_ours(base: str, n: int, conc: int, out_tokens: int) -> dict[int, list[fl
 
 def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, tokenizer: str) -> dict[int, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
-        argv = vllm_bench_cli.argv(vllm_python, "--backend", "openai", "--base-url", base,
-                "--endpoint", "/v1/completions", "--model", "reference", "--tokenizer", tokenizer,
-                "--dataset-name", "random", "--random-input-len", "8", "--random-output-len", str(out_tokens),
-                "--num-prompts", str(n), "--max-concurrency", str(conc), "--ignore-eos",
-                "--save-result", "--save-detailed", "--result-dir", tmp, "--result-filename", "r.json",
-                "--disable-tqdm", "--ready-check-timeout-sec", "0")
+        argv = vllm_bench_cli.argv(
+            vllm_python,
+            "--backend",
+            "openai",
+            "--base-url",
+            base,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            "reference",
+            "--tokenizer",
+            tokenizer,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            str(out_tokens),
+            "--num-prompts",
+            str(n),
+            "--max-concurrency",
+            str(conc),
+            "--ignore-eos",
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            tmp,
+            "--result-filename",
+            "r.json",
+            "--disable-tqdm",
+            "--ready-check-timeout-sec",
+            "0",
+        )
         p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
         if p.returncode != 0:
             raise RuntimeError("vllm bench serve failed: " + (p.stderr or p.stdout)[-800:])
@@ -92,8 +118,13 @@ def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, to
 
 
 def summarize(e: np.ndarray) -> dict[str, float]:
-    return {"chunks": int(len(e)), "median_ms": float(np.median(e)), "p99_ms": float(np.percentile(e, 99)),
-            "max_ms": float(e.max()), "min_ms": float(e.min())}
+    return {
+        "chunks": int(len(e)),
+        "median_ms": float(np.median(e)),
+        "p99_ms": float(np.percentile(e, 99)),
+        "max_ms": float(e.max()),
+        "min_ms": float(e.min()),
+    }
 
 
 def main() -> None:
@@ -108,8 +139,19 @@ def main() -> None:
     ap.add_argument("--out", default="reports/client-accuracy")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
-    srv = subprocess.Popen([sys.executable, str(HERE / "reference_server.py"), "--port", str(a.port),
-                            "--ttft-ms", "50", "--itl-ms", str(a.itl_ms)], start_new_session=True)
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "reference_server.py"),
+            "--port",
+            str(a.port),
+            "--ttft-ms",
+            "50",
+            "--itl-ms",
+            str(a.itl_ms),
+        ],
+        start_new_session=True,
+    )
     rows = []
     try:
         for _ in range(100):
@@ -120,32 +162,48 @@ def main() -> None:
                 time.sleep(0.1)
         for conc in a.concurrency:
             n = max(4, conc) if conc > 1 else 4
-            clients = {"suite client": lambda: run_ours(base, n, conc, a.output_tokens),
-                       "vllm bench serve": lambda: run_vllm(base, n, conc, a.output_tokens, a.vllm_python, a.tokenizer)}
+            clients = {
+                "suite client": lambda: run_ours(base, n, conc, a.output_tokens),
+                "vllm bench serve": lambda: run_vllm(base, n, conc, a.output_tokens, a.vllm_python, a.tokenizer),
+            }
             errs: dict[str, list[np.ndarray]] = {name: [] for name in clients}
             for r in range(a.rounds):
                 # A B B A ...: whichever runs first or on a busier moment, both get it equally
-                for name in (list(clients) if r % 2 == 0 else list(clients)[::-1]):
+                for name in list(clients) if r % 2 == 0 else list(clients)[::-1]:
                     _post(base + "/reset")
                     arrivals = clients[name]()
                     errs[name].append(errors_ms(arrivals, _writes(base)))
-                    print(json.dumps({"client": name, "concurrency": conc, "round": r,
-                                      **summarize(errs[name][-1])}), flush=True)
+                    print(
+                        json.dumps({"client": name, "concurrency": conc, "round": r, **summarize(errs[name][-1])}),
+                        flush=True,
+                    )
             for name, parts in errs.items():
-                rows.append({"client": name, "concurrency": conc, "requests": n, "rounds": a.rounds,
-                             **summarize(np.concatenate(parts))})
+                rows.append(
+                    {
+                        "client": name,
+                        "concurrency": conc,
+                        "requests": n,
+                        "rounds": a.rounds,
+                        **summarize(np.concatenate(parts)),
+                    }
+                )
     finally:
         srv.terminate()
         srv.wait(10)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "client_accuracy.json").write_text(json.dumps({"itl_ms": a.itl_ms, "output_tokens": a.output_tokens,
-                                                          "rows": rows}, indent=1))
-    print(f"\n{a.rounds} rounds per client (A B B A), {a.output_tokens} tokens per request, {a.itl_ms:g} ms gaps.\n\n"
-          "| Concurrency | Client | Chunks | Median error (ms) | p99 error (ms) | Max (ms) |\n|---:|---|---:|---:|---:|---:|")
+    (out / "client_accuracy.json").write_text(
+        json.dumps({"itl_ms": a.itl_ms, "output_tokens": a.output_tokens, "rows": rows}, indent=1)
+    )
+    print(
+        f"\n{a.rounds} rounds per client (A B B A), {a.output_tokens} tokens per request, {a.itl_ms:g} ms gaps.\n\n"
+        "| Concurrency | Client | Chunks | Median error (ms) | p99 error (ms) | Max (ms) |\n|---:|---|---:|---:|---:|---:|"
+    )
     for r in rows:
-        print(f"| {r['concurrency']} | {r['client']} | {r['chunks']} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} | "
-              f"{r['max_ms']:.1f} |")
+        print(
+            f"| {r['concurrency']} | {r['client']} | {r['chunks']} | {r['median_ms']:.3f} | {r['p99_ms']:.3f} | "
+            f"{r['max_ms']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,17 @@ def main() -> int:
         run = pack_example.unpack(example, Path(tmp))
         truncate(run, starts)
         a = analysis.analyze(run)
-        print(f"{example.name}: first {starts} server starts per arm "
-              f"({a.arms['baseline'].starts} + {a.arms['candidate'].starts} analysed)")
+        print(
+            f"{example.name}: first {starts} server starts per arm "
+            f"({a.arms['baseline'].starts} + {a.arms['candidate'].starts} analysed)"
+        )
         for c in a.comparison:
             if c.key in metrics:
                 lo, hi = c.ci_low * 100, c.ci_high * 100
-                print(f"  {c.key}: {c.rel_change * 100:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] (95% half-width "
-                      f"{(hi - lo) / 2:.2f}%)")
+                print(
+                    f"  {c.key}: {c.rel_change * 100:+.2f}% [{lo:+.2f}%, {hi:+.2f}%] (95% half-width "
+                    f"{(hi - lo) / 2:.2f}%)"
+                )
     return 0
 
 

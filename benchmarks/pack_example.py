@@ -51,7 +51,9 @@ def _packed_scores(path: Path) -> str:
     for line in path.read_text().splitlines():
         if line:
             d = json.loads(line)
-            d["top_logprobs"] = [None if t is None else {k: round(v, 4) for k, v in t.items()} for t in d["top_logprobs"]]
+            d["top_logprobs"] = [
+                None if t is None else {k: round(v, 4) for k, v in t.items()} for t in d["top_logprobs"]
+            ]
             out.append(json.dumps(d, separators=(",", ":")))
     return "\n".join(out) + "\n"
 
@@ -80,8 +82,13 @@ def _arm_members(run: Path, arms: list[str], prefix: str):
             yield f"{prefix}{arm}/{f.name}", ("\n".join(lines) + "\n").encode()
         if (d / "scores.jsonl").is_file():
             yield f"{prefix}{arm}/scores.jsonl", _packed_scores(d / "scores.jsonl").encode()
-        for pattern in ("bench-*.meta.json", "servers.json", "agreement*.jsonl", "accuracy/accuracy.json",
-                        "accuracy/status.json"):
+        for pattern in (
+            "bench-*.meta.json",
+            "servers.json",
+            "agreement*.jsonl",
+            "accuracy/accuracy.json",
+            "accuracy/status.json",
+        ):
             for f in sorted(d.glob(pattern)):
                 yield f"{prefix}{arm}/{f.relative_to(d)}", f.read_bytes()
 
@@ -111,8 +118,14 @@ def rebuild_reports(example: Path) -> None:
         if gemm:  # at the same relative path, so the reports name it as the README does
             (Path(tmp) / gemm).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(root / gemm, Path(tmp) / gemm)
-        subprocess.run([sys.executable, "-m", "vse.cli", "report", f"reports/{original}", *extra], cwd=tmp,
-                       env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, check=False, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "vse.cli", "report", f"reports/{original}", *extra],
+            cwd=tmp,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            capture_output=True,
+            check=False,
+            timeout=600,
+        )
         for name in COMMITTED:
             shutil.copy(run / name, example / name)
         for d in point_dirs(run):  # each load point's own reports, where the run's summary links them

@@ -45,15 +45,24 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
                 await asyncio.sleep(delay)
             sent += k
             text = (f"[rid={rid}]" if chunk_i == 0 else "") + " tok" * k
-            event = {"id": f"cmpl-{rid}", "object": "text_completion", "model": model,
-                     "choices": [{"index": 0, "text": text, "finish_reason": None if sent < n_tokens else "length"}],
-                     "usage": {"prompt_tokens": 1, "completion_tokens": sent, "total_tokens": sent + 1}}
+            event = {
+                "id": f"cmpl-{rid}",
+                "object": "text_completion",
+                "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": None if sent < n_tokens else "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": sent, "total_tokens": sent + 1},
+            }
             data = ("data: " + json.dumps(event) + "\n\n").encode()
             log.append(time.monotonic_ns())
             await resp.write(data)
             chunk_i += 1
-        final = {"id": f"cmpl-{rid}", "object": "text_completion", "model": model, "choices": [],
-                 "usage": {"prompt_tokens": 1, "completion_tokens": sent, "total_tokens": sent + 1}}
+        final = {
+            "id": f"cmpl-{rid}",
+            "object": "text_completion",
+            "model": model,
+            "choices": [],
+            "usage": {"prompt_tokens": 1, "completion_tokens": sent, "total_tokens": sent + 1},
+        }
         await resp.write(("data: " + json.dumps(final) + "\n\ndata: [DONE]\n\n").encode())
         await resp.write_eof()
         return resp
@@ -72,8 +81,15 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
         return web.json_response({"object": "list", "data": [{"id": "reference", "object": "model"}]})
 
     app = web.Application()
-    app.add_routes([web.post("/v1/completions", completions), web.get("/writes", get_writes),
-                    web.post("/reset", reset), web.get("/health", health), web.get("/v1/models", models)])
+    app.add_routes(
+        [
+            web.post("/v1/completions", completions),
+            web.get("/writes", get_writes),
+            web.post("/reset", reset),
+            web.get("/health", health),
+            web.get("/v1/models", models),
+        ]
+    )
     return app
 
 
@@ -85,8 +101,7 @@ def main() -> None:
     p.add_argument("--itl-ms", type=float, default=20.0)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     a = p.parse_args()
-    web.run_app(make_app(a.ttft_ms, a.itl_ms, a.tokens_per_chunk), host=a.host, port=a.port, print=None,
-                backlog=4096)
+    web.run_app(make_app(a.ttft_ms, a.itl_ms, a.tokens_per_chunk), host=a.host, port=a.port, print=None, backlog=4096)
 
 
 if __name__ == "__main__":

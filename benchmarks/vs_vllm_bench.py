@@ -38,34 +38,88 @@ from vse.server import metrics as server_metrics
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats import metrics
 
-KEYS = [("output_throughput", "Output throughput (tok/s)", 0.02), ("median_ttft_ms", "Median TTFT (ms)", 0.05),
-        ("median_tpot_ms", "Median TPOT (ms)", 0.05), ("mean_ttft_ms", "Mean TTFT (ms)", None),
-        ("mean_tpot_ms", "Mean TPOT (ms)", None), ("median_itl_ms", "Median ITL (ms)", None),
-        ("p99_itl_ms", "P99 ITL (ms)", None), ("request_throughput", "Request throughput (req/s)", None),
-        ("server_mean_ttft_ms", "Server-side mean TTFT (ms)", None),
-        ("server_prefix_cache_hits", "Server prefix-cache hits (tokens)", None)]
+KEYS = [
+    ("output_throughput", "Output throughput (tok/s)", 0.02),
+    ("median_ttft_ms", "Median TTFT (ms)", 0.05),
+    ("median_tpot_ms", "Median TPOT (ms)", 0.05),
+    ("mean_ttft_ms", "Mean TTFT (ms)", None),
+    ("mean_tpot_ms", "Mean TPOT (ms)", None),
+    ("median_itl_ms", "Median ITL (ms)", None),
+    ("p99_itl_ms", "P99 ITL (ms)", None),
+    ("request_throughput", "Request throughput (req/s)", None),
+    ("server_mean_ttft_ms", "Server-side mean TTFT (ms)", None),
+    ("server_prefix_cache_hits", "Server prefix-cache hits (tokens)", None),
+]
 NO_PREFIX_CACHE = "--no-enable-prefix-caching"
 
 
 def server_view(d: dict | None) -> dict:
     """The server's own numbers for one run, from a /metrics delta."""
     d = d or {}
-    return {"server_mean_ttft_ms": d.get("server_mean_ttft_ms"),
-            "server_prefix_cache_hits": d.get("vllm:prefix_cache_hits_total")}
+    return {
+        "server_mean_ttft_ms": d.get("server_mean_ttft_ms"),
+        "server_prefix_cache_hits": d.get("vllm:prefix_cache_hits_total"),
+    }
 
 
-def vllm_bench(python: str, url: str, model: str, tokenizer: str, prompts_path: Path, n: int, conc: int,
-               out_len: int, warmups: int, temperature: float, out: Path, k: int) -> dict:
+def vllm_bench(
+    python: str,
+    url: str,
+    model: str,
+    tokenizer: str,
+    prompts_path: Path,
+    n: int,
+    conc: int,
+    out_len: int,
+    warmups: int,
+    temperature: float,
+    out: Path,
+    k: int,
+) -> dict:
     """One `vllm bench serve` run. The temperature is passed on: vLLM's bench no longer sends one
     (the server then samples), and sampled and greedy streams differ (see the README)."""
     name = f"vllm-bench-{k}.json"
-    argv = vllm_bench_cli.argv(python, "--backend", "openai", "--base-url", url,
-            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
-            "--dataset-name", "custom", "--dataset-path", str(prompts_path), "--custom-output-len", str(out_len),
-            "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n), "--max-concurrency", str(conc),
-            "--ignore-eos", "--temperature", str(temperature), "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "99", "--save-result", "--result-dir", str(out), "--result-filename", name,
-            "--ready-check-timeout-sec", "0")
+    argv = vllm_bench_cli.argv(
+        python,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(prompts_path),
+        "--custom-output-len",
+        str(out_len),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--ignore-eos",
+        "--temperature",
+        str(temperature),
+        "--num-warmups",
+        str(warmups),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "99",
+        "--save-result",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        name,
+        "--ready-check-timeout-sec",
+        "0",
+    )
     p = subprocess.run(argv, capture_output=True, text=True)
     (out / f"vllm-bench-{k}.log").write_text(p.stdout + p.stderr)
     if p.returncode != 0:
@@ -100,10 +154,18 @@ def main() -> None:
     w = s.workload
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, m.tokenizer)
     sha = save_prompts(out / "prompts.jsonl", prompts)
-    (out / "prompts-vllm.jsonl").write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts[: w.num_prompts]))
+    (out / "prompts-vllm.jsonl").write_text(
+        "".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts[: w.num_prompts])
+    )
     spec = s.arms.baseline.model_copy(update={"extra_args": [*s.arms.baseline.extra_args, NO_PREFIX_CACHE]})
-    cfg = ServerConfig(arm="baseline", model=m.model, served_name=s.model.served_name, server=s.server,
-                       spec=spec, load_format=s.model.load_format)
+    cfg = ServerConfig(
+        arm="baseline",
+        model=m.model,
+        served_name=s.model.served_name,
+        server=s.server,
+        spec=spec,
+        load_format=s.model.load_format,
+    )
     srv = VllmServer(cfg, out / "server.log").start()
     rows: dict[str, list[dict]] = {"suite client": [], "vllm bench serve": []}
 
@@ -120,23 +182,44 @@ def main() -> None:
             if k and time.monotonic() - t0 > a.time_budget_s:
                 print(f"time budget reached: {k} pair(s) run", flush=True)
                 break
+
             def ours() -> None:
-                res = run_repeat(srv.url, s.model.served_name, prompts[: w.num_prompts], w, out / "suite", repeat=k,
-                                 tokenizer_path=m.tokenizer, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+                res = run_repeat(
+                    srv.url,
+                    s.model.served_name,
+                    prompts[: w.num_prompts],
+                    w,
+                    out / "suite",
+                    repeat=k,
+                    tokenizer_path=m.tokenizer,
+                    prompts_sha=sha,
+                    warmup=prompts[w.num_prompts :],
+                )
                 got = {**repeat_metrics(res, w.percentiles, w.goodput), **server_view(res.meta["server_metrics_delta"])}
                 rows["suite client"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(metrics.vllm_block(got, w.percentiles), flush=True)
 
             def theirs() -> None:
                 before = server_metrics.scrape(srv.url)  # includes vllm bench's warm-up: see the note in the table
-                got = vllm_bench(python, srv.url, s.model.served_name, m.tokenizer, out / "prompts-vllm.jsonl",
-                                 w.num_prompts, w.max_concurrency or w.num_prompts, w.dataset.output_len,
-                                 w.warmup_requests, w.temperature, out, k)
+                got = vllm_bench(
+                    python,
+                    srv.url,
+                    s.model.served_name,
+                    m.tokenizer,
+                    out / "prompts-vllm.jsonl",
+                    w.num_prompts,
+                    w.max_concurrency or w.num_prompts,
+                    w.dataset.output_len,
+                    w.warmup_requests,
+                    w.temperature,
+                    out,
+                    k,
+                )
                 got.update(server_view(server_metrics.delta(before, server_metrics.scrape(srv.url))))
                 rows["vllm bench serve"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
 
-            for step in ((ours, theirs) if k % 2 == 0 else (theirs, ours)):  # A B B A: linear drift cancels
+            for step in (ours, theirs) if k % 2 == 0 else (theirs, ours):  # A B B A: linear drift cancels
                 step()
             save()
     except KeyboardInterrupt:
@@ -170,22 +253,33 @@ def render(data: dict) -> str:
     n = len(rows["suite client"])
     order = [tool for k in range(n) for tool in (("suite", "vllm") if k % 2 == 0 else ("vllm", "suite"))]
     runs = {tool: ", ".join(str(i + 1) for i, x in enumerate(order) if x == tool) for tool in ("suite", "vllm")}
-    table = [f"| Metric | suite client (runs {runs['suite']}) | vllm bench serve (runs {runs['vllm']}) | "
-             "difference of means | target |", "|---|---:|---:|---:|---|"]
+    table = [
+        f"| Metric | suite client (runs {runs['suite']}) | vllm bench serve (runs {runs['vllm']}) | "
+        "difference of means | target |",
+        "|---|---:|---:|---:|---|",
+    ]
     for key, label, tol in keys:
-        ours, theirs = ([v for r in rows[tool] if (v := _value(r, key)) is not None]
-                        for tool in ("suite client", "vllm bench serve"))
+        ours, theirs = (
+            [v for r in rows[tool] if (v := _value(r, key)) is not None]
+            for tool in ("suite client", "vllm bench serve")
+        )
         if not ours or not theirs:
             continue
         mo, mt = _mean(ours), _mean(theirs)
         diff = mo / mt - 1 if mt else None
-        target = "" if tol is None or diff is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
+        target = (
+            "" if tol is None or diff is None else (f"within {tol:.0%}: " + ("met" if abs(diff) <= tol else "NOT met"))
+        )
         each = lambda xs: ", ".join(f"{x:,.2f}" for x in xs)
-        table.append(f"| {label} | {each(ours)} | {each(theirs)} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |")
-    return (f"Same server (prefix caching off), same {data.get('num_prompts', '?')} prompts (sha256 "
-            f"{data['prompts_sha256'][:12]}), {n} run(s) of each, in the order {', '.join(order)}. "
-            "The server-side TTFT of `vllm bench serve` runs also covers its warm-up requests (it has no hook "
-            "between warm-up and run); the suite's covers the measured requests only.\n\n" + "\n".join(table) + "\n")
+        table.append(
+            f"| {label} | {each(ours)} | {each(theirs)} | {'n/a' if diff is None else f'{diff:+.2%}'} | {target} |"
+        )
+    return (
+        f"Same server (prefix caching off), same {data.get('num_prompts', '?')} prompts (sha256 "
+        f"{data['prompts_sha256'][:12]}), {n} run(s) of each, in the order {', '.join(order)}. "
+        "The server-side TTFT of `vllm bench serve` runs also covers its warm-up requests (it has no hook "
+        "between warm-up and run); the suite's covers the measured requests only.\n\n" + "\n".join(table) + "\n"
+    )
 
 
 if __name__ == "__main__":

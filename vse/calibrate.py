@@ -33,15 +33,25 @@ def planted_arm(base: dict, ms: float, device_cpu: bool, steps: str = "all") -> 
     return {**base, "label": f"{base['label']}+{ms:g}ms", "planted_slowdown": {key: ms, "steps": steps}}
 
 
-def run_all(scenario: str, plant_ms: list[float], aa: bool, sets: list[str], out: Path,
-            log: Callable[[str], None], share_baseline: bool = False) -> list[Path]:
+def run_all(
+    scenario: str,
+    plant_ms: list[float],
+    aa: bool,
+    sets: list[str],
+    out: Path,
+    log: Callable[[str], None],
+    share_baseline: bool = False,
+) -> list[Path]:
     s = load_scenario(scenario, overrides=sets)
     base = s.arms.baseline.model_dump(mode="json", exclude_none=True)
     cpu = s.server.device.value == "cpu"
     runs_root = out / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
     runs: list[Path] = []
-    jobs = [(["--set", "arms.candidate=" + json.dumps(planted_arm(base, ms, cpu))], f"planted +{ms:g} ms") for ms in plant_ms]
+    jobs = [
+        (["--set", "arms.candidate=" + json.dumps(planted_arm(base, ms, cpu))], f"planted +{ms:g} ms")
+        for ms in plant_ms
+    ]
     if aa:
         jobs.append((["--aa"], "A/A"))
     for i, (extra, what) in enumerate(jobs):
@@ -67,10 +77,14 @@ def facts(a) -> cal.BaselineFacts:
     by = {c.key: c for c in a.comparison}
     val = lambda k: by[k].baseline if k in by else float("nan")
     return cal.BaselineFacts(
-        decode_ms={k: val(k) for k in cal.DECODE}, durations_s=[r["duration"] for r in arm.repeats],
+        decode_ms={k: val(k) for k in cal.DECODE},
+        durations_s=[r["duration"] for r in arm.repeats],
         engine_steps=[(d or {}).get(cal.STEPS_KEY) for d in arm.server_deltas],
-        ttft_first_wave_ms=val("median_ttft_first_wave_ms"), first_wave=first_wave(s),
-        input_len=s.workload.dataset.input_len, max_num_batched_tokens=s.server.max_num_batched_tokens)
+        ttft_first_wave_ms=val("median_ttft_first_wave_ms"),
+        first_wave=first_wave(s),
+        input_len=s.workload.dataset.input_len,
+        max_num_batched_tokens=s.server.max_num_batched_tokens,
+    )
 
 
 def report(runs: list[Path], out: Path) -> int:
@@ -85,8 +99,10 @@ def report(runs: list[Path], out: Path) -> int:
         text = f"+{p.ms:g} ms per {p.steps} step" if p else "none (A/A)"
         margins = {g.metric: g.max_worse_pct for g in a.scenario.gates.performance}
         rows += cal.rows(r.name, text, p, b, a.comparison, a.gates, margins, a.gate_alpha, a.scenario.run.server_starts)
-    write_json(out / "calibration.json", {"runs": [str(r) for r in runs], "baseline": cal.asdict(b),
-                                          "rows": cal.as_dicts(rows)})
+    write_json(
+        out / "calibration.json",
+        {"runs": [str(r) for r in runs], "baseline": cal.asdict(b), "rows": cal.as_dicts(rows)},
+    )
     atomic_write_text(out / "calibration.md", markdown(rows, b, analyses))
     missed = [x for x in rows if x.covered is False]
     return ExitCode.GATE_FAILED if missed else ExitCode.OK
@@ -98,25 +114,38 @@ def _pct(v: float | None) -> str:
 
 def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
     a0 = analyses[0]
-    L = [f"# Calibration: {a0.scenario.name}", "",
-         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
-         f"(truths are computed from the first one's baseline): "
-         f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
-         f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.", "",
-         "| run | planted | metric | role | margin | truth | measured (gate interval) | covers truth | outcome | "
-         "MDE at 80% power |", "|---|---|---|---|---:|---:|---|---|---|---:|"]
+    L = [
+        f"# Calibration: {a0.scenario.name}",
+        "",
+        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
+        f"(truths are computed from the first one's baseline): "
+        f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
+        f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.",
+        "",
+        "| run | planted | metric | role | margin | truth | measured (gate interval) | covers truth | outcome | "
+        "MDE at 80% power |",
+        "|---|---|---|---|---:|---:|---|---|---|---:|",
+    ]
     for r in rows:
         cover = {True: "yes", False: "**no**", None: "n/a"}[r.covered]
-        L.append(f"| {r.run} | {r.planted} | {r.metric} | {r.role} | {r.margin_pct:g}% | {_pct(r.truth_pct)} | "
-                 f"{_pct(r.change_pct)} [{_pct(r.ci_low_pct)}, {_pct(r.ci_high_pct)}] | {cover} | {r.outcome} | "
-                 f"{_pct(r.mde_pct)} |")
-    L += ["", "Role gated: the run's own gate decision (its looks, its alpha); shown: a decode measure decided "
-          "here alone at the decode gate's margin and the run's gate alpha (the evidence the decode gate is chosen by). "
-          "The interval is at the gate's alpha. "
-          "MDE: the change a design of the scenario's planned server starts per arm would detect with 80% power, "
-          "with the start-to-start variance this run measured.", ""]
+        L.append(
+            f"| {r.run} | {r.planted} | {r.metric} | {r.role} | {r.margin_pct:g}% | {_pct(r.truth_pct)} | "
+            f"{_pct(r.change_pct)} [{_pct(r.ci_low_pct)}, {_pct(r.ci_high_pct)}] | {cover} | {r.outcome} | "
+            f"{_pct(r.mde_pct)} |"
+        )
+    L += [
+        "",
+        "Role gated: the run's own gate decision (its looks, its alpha); shown: a decode measure decided "
+        "here alone at the decode gate's margin and the run's gate alpha (the evidence the decode gate is chosen by). "
+        "The interval is at the gate's alpha. "
+        "MDE: the change a design of the scenario's planned server starts per arm would detect with 80% power, "
+        "with the start-to-start variance this run measured.",
+        "",
+    ]
     for a in analyses:
-        L.append(f"- {a.run_dir.name}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "
-                 f"baseline runs, {len(a.arms['candidate'].repeat_data) if 'candidate' in a.arms else 0} candidate "
-                 f"runs; exit {a.exit_code}; " + "; ".join(a.notes[:1]))
+        L.append(
+            f"- {a.run_dir.name}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "
+            f"baseline runs, {len(a.arms['candidate'].repeat_data) if 'candidate' in a.arms else 0} candidate "
+            f"runs; exit {a.exit_code}; " + "; ".join(a.notes[:1])
+        )
     return "\n".join(L) + "\n"

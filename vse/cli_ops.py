@@ -11,6 +11,7 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
+from vse.rundir.layout import RunDir
 
 console = Console(stderr=True)
 
@@ -40,8 +41,10 @@ def cmd_history(args) -> int:
             console.print(f"[bold red]refused:[/] {e}", highlight=False)
             refused += 1
             continue
-        console.print(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history",
-                      highlight=False)
+        console.print(
+            f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history",
+            highlight=False,
+        )
     return ExitCode.RUN_FAILED if refused else ExitCode.OK
 
 
@@ -49,11 +52,17 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
     """Run directories among paths: a run itself, or a folder walked (two levels) for runs."""
     out = []
     for p in paths:
-        if (p / "run.json").is_file():
+        if RunDir(p).run_json.is_file():
             out.append(p)
             continue
-        found = sorted({q.parent for pat in ("*/run.json", "*/*/run.json") for q in p.glob(pat)
-                        if "sweep" not in q.parts[len(p.parts):]})
+        found = sorted(
+            {
+                q.parent
+                for pat in ("*/run.json", "*/*/run.json")
+                for q in p.glob(pat)
+                if "sweep" not in q.parts[len(p.parts) :]
+            }
+        )
         if not found:
             console.print(f"skipped: {p}: not a run directory and holds none", highlight=False)
         out += found
@@ -89,8 +98,15 @@ def cmd_calibrate(args) -> int:
         plant = [float(x) for x in args.plant_ms.split(",") if x.strip()]
         if not plant and not args.aa:
             raise SuiteError("calibrate: give --plant-ms (ms per engine step, e.g. 0.21,0.84) or --aa")
-        runs = calibrate.run_all(args.scenario, plant, args.aa, args.set, out,
-                                 log=lambda m: console.print(m, highlight=False), share_baseline=args.share_baseline)
+        runs = calibrate.run_all(
+            args.scenario,
+            plant,
+            args.aa,
+            args.set,
+            out,
+            log=lambda m: console.print(m, highlight=False),
+            share_baseline=args.share_baseline,
+        )
     code = calibrate.report(runs, out)
     print((out / "calibration.md").read_text())
     console.print(f"calibration: {out}/calibration.md, calibration.json (exit {code})", highlight=False)
@@ -106,8 +122,11 @@ def cmd_qualify(args) -> int:
     if args.emit_pipeline:  # | buildkite-agent pipeline upload
         print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
         return 0
-    out = Path(args.out) if args.out else \
-        Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
+    )
     log = lambda m: console.print(m, highlight=False)
     if args.entry:  # one entry of the list: a step of the dynamic pipeline
         if not 1 <= args.entry <= len(suite.runs):

@@ -17,8 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from vse import sweep
 from vse.analysis import analyze
-from vse.checks import accuracy, agreement_probe
-from vse.checks.fidelity import Scored
+from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
 from vse.gemm import bench as gemm_bench
 from vse.loadgen.benchmark import run_repeat
@@ -28,6 +27,7 @@ from vse.models import sources as models
 from vse.redaction import redact, secret_values
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
+from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
 from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
@@ -51,19 +51,25 @@ def aa_scenario(s: Scenario) -> Scenario:
     """A/A: the baseline arm twice. The candidate keeps its role but runs the baseline's settings."""
     b = s.arms.baseline
     cand = b.model_copy(update={"label": f"{b.label} (again)"})
-    return s.model_copy(update={"arms": s.arms.model_copy(update={"candidate": cand}),
-                                "name": f"{s.name}-aa"})
+    return s.model_copy(update={"arms": s.arms.model_copy(update={"candidate": cand}), "name": f"{s.name}-aa"})
 
 
-class Orchestrator:
+class Orchestrator(ArmChecks):
     def __init__(self, s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
         self.s = s
         self.run_dir = run_dir
+        self.layout = RunDir(run_dir)
         self.opts = opts
         self.console = opts.console or Console(stderr=True)
-        self.status = RunStatus(run_dir, resume=opts.resume, scenario=s.name, backend=s.arms.candidate.backend.value,
-                                baseline=s.arms.baseline.label, candidate=s.arms.candidate.label,
-                                weights_random=s.model.weights_are_random)
+        self.status = RunStatus(
+            run_dir,
+            resume=opts.resume,
+            scenario=s.name,
+            backend=s.arms.candidate.backend.value,
+            baseline=s.arms.baseline.label,
+            candidate=s.arms.candidate.label,
+            weights_random=s.model.weights_are_random,
+        )
         self.model: models.ResolvedModel | None = None
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
@@ -80,19 +86,27 @@ class Orchestrator:
         self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
         pythons = {n: self.arm_python(n) for n in ("baseline", "candidate")}
-        if not (self.run_dir / "environment.json").is_file():
-            write_json(self.run_dir / "environment.json", capture_environment(pythons, gpus))
+        if not self.layout.environment.is_file():
+            write_json(self.layout.environment, capture_environment(pythons, gpus))
         w = self.s.workload
-        self.log(f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
-                 f"{w.repeats} run(s) x {w.num_prompts} prompts")
+        self.log(
+            f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
+            f"{w.repeats} run(s) x {w.num_prompts} prompts"
+        )
 
     def arm_python(self, arm: str) -> str | None:
         """The Python of the vLLM this arm's server runs (the arm's own install, or the scenario's)."""
         return (self.s.server_arms()[arm].vllm or self.s.server.vllm).python
 
     def resolve_model(self) -> models.ResolvedModel:
-        return models.resolve(self.s.model, self.opts.cache, self.run_dir / "model", python=self.arm_python("baseline"),
-                              device=self.s.server.device.value, log=self.log)
+        return models.resolve(
+            self.s.model,
+            self.opts.cache,
+            self.run_dir / "model",
+            python=self.arm_python("baseline"),
+            device=self.s.server.device.value,
+            log=self.log,
+        )
 
     def arm_model(self, arm: str) -> str:
         """The model directory this arm serves: the run's, or a copy with its planted fault."""
@@ -109,7 +123,7 @@ class Orchestrator:
         run k's prompts would serve run k+1 from its prefix cache otherwise."""
         if k not in self.prompts:
             w = self.s.workload
-            path = self.run_dir / "prompts" / f"prompts-{k}.jsonl"
+            path = self.layout.prompts(k)
             if path.is_file():
                 self.prompts[k] = load_prompts(path)
                 self.prompt_shas[k] = file_sha256(path)
@@ -127,18 +141,27 @@ class Orchestrator:
         # Tuning afresh at every start keeps starts independent replicates (and off the cached-tactics
         # path that crashed on the H200); the tactics chosen stay in the run directory.
         cache = str(self.run_dir / arm / f"flashinfer-autotune-{n}") if spec.autotune else None
-        cfg = ServerConfig(arm=arm, model=self.arm_model(arm), served_name=self.s.model.served_name, server=self.s.server,
-                           spec=spec, load_format=self.s.model.load_format, whatif_plugin=plugin, autotune_cache=cache,
-                           planted_plugin=slow)
+        cfg = ServerConfig(
+            arm=arm,
+            model=self.arm_model(arm),
+            served_name=self.s.model.served_name,
+            server=self.s.server,
+            spec=spec,
+            load_format=self.s.model.load_format,
+            whatif_plugin=plugin,
+            autotune_cache=cache,
+            planted_plugin=slow,
+        )
         self.server_count += 1
-        srv = VllmServer(cfg, self.run_dir / arm / f"server-{n}.log")
+        srv = VllmServer(cfg, self.layout.arm(arm).server_log(n))
         self.status.phase("start server", arm=arm, server=n)
         srv.start()
         try:
             with self.console.status(f"{arm}: starting vLLM ({spec.label}) on port {srv.port}") as st:
-                ready = srv.wait_healthy(self.s.server.startup_timeout_s,
-                                         on_tick=lambda t: st.update(f"{arm}: starting vLLM ({spec.label}) "
-                                                                     f"on port {srv.port}: {t:.0f} s"))
+                ready = srv.wait_healthy(
+                    self.s.server.startup_timeout_s,
+                    on_tick=lambda t: st.update(f"{arm}: starting vLLM ({spec.label}) on port {srv.port}: {t:.0f} s"),
+                )
             self._record_server(arm, n, srv, ready, srv.selected_kernel())  # recorded even when it is wrong
             kernel = srv.check_kernel()
         except BaseException:
@@ -148,45 +171,73 @@ class Orchestrator:
         return srv
 
     def _record_server(self, arm: str, n: int, srv: VllmServer, ready: float, kernel: str | None) -> None:
-        path = self.run_dir / arm / "servers.json"
+        path = self.layout.arm(arm).servers
         servers = read_json(path) if path.is_file() else []
-        servers.append({"server": n, "argv": redact(srv.argv, secret_values(self.s)), "port": srv.port,
-                        "ready_s": round(ready, 1),
-                        "requested_backend": srv.cfg.spec.backend.value, "selected_kernel": kernel,
-                        "whatif": srv.cfg.spec.whatif,
-                        "planted_slowdown": (srv.cfg.spec.planted_slowdown.model_dump()
-                                             if srv.cfg.spec.planted_slowdown else None),
-                        "planted_fault": srv.cfg.spec.planted_fault.model_dump() if srv.cfg.spec.planted_fault else None,
-                        # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
-                        # the H200) and before the server is healthy: every measured run is tuned.
-                        "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
-                        "machine": self.machine, "log": str(srv.log_path.relative_to(self.run_dir))})
+        servers.append(
+            {
+                "server": n,
+                "argv": redact(srv.argv, secret_values(self.s)),
+                "port": srv.port,
+                "ready_s": round(ready, 1),
+                "requested_backend": srv.cfg.spec.backend.value,
+                "selected_kernel": kernel,
+                "whatif": srv.cfg.spec.whatif,
+                "planted_slowdown": (
+                    srv.cfg.spec.planted_slowdown.model_dump() if srv.cfg.spec.planted_slowdown else None
+                ),
+                "planted_fault": srv.cfg.spec.planted_fault.model_dump() if srv.cfg.spec.planted_fault else None,
+                # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
+                # the H200) and before the server is healthy: every measured run is tuned.
+                "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
+                "machine": self.machine,
+                "log": str(srv.log_path.relative_to(self.run_dir)),
+            }
+        )
         write_json(path, servers)
 
-    def bench(self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int,
-              point: float | None = None) -> None:
+    def bench(
+        self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int, point: float | None = None
+    ) -> None:
         w = self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
         out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
         where = "" if point is None else f" at {self.s.run.sweep.label(point)}"
         prompts = self.prompts_for(k)
         # Warm up once per server start: its first requests are the slow ones (seen on the H200:
         # the first run after a start had 3x the TTFT of later runs).
-        measured, warm = prompts[: w.num_prompts], prompts[w.num_prompts:] if first_on_server else []
+        measured, warm = prompts[: w.num_prompts], prompts[w.num_prompts :] if first_on_server else []
         self.status.phase("benchmark", arm=arm, repeat=k)
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=self.console, transient=True) as prog:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        ) as prog:
             task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}{where}", total=len(measured))
-            res = run_repeat(srv.url, self.s.model.served_name, measured, w, out / arm, repeat=k,
-                             api_key=srv.cfg.api_key(),
-                             tokenizer_path=self.model.tokenizer, prompts_sha=self.prompt_shas[k],
-                             warmup=warm, on_done=lambda _r: prog.advance(task),
-                             extra_meta={"server_start": start, "server": self.server_count - 1})
+            res = run_repeat(
+                srv.url,
+                self.s.model.served_name,
+                measured,
+                w,
+                out / arm,
+                repeat=k,
+                api_key=srv.cfg.api_key(),
+                tokenizer_path=self.model.tokenizer,
+                prompts_sha=self.prompt_shas[k],
+                warmup=warm,
+                on_done=lambda _r: prog.advance(task),
+                extra_meta={"server_start": start, "server": self.server_count - 1},
+            )
         ok = [r for r in res.records if r.phase == "measure" and r.success]
         failed = [r for r in res.records if r.phase == "measure" and not r.success]
         out_tok = sum(r.output_tokens for r in ok)
         dur = (res.meta["ended_ns"] - res.meta["started_ns"]) / 1e9
-        self.log(f"{arm}: repeat {k + 1}{where}: {len(ok)} ok, {len(failed)} failed, {out_tok / max(dur, 1e-9):.1f} "
-                 f"output tok/s" + (f"; first error: {failed[0].error}" if failed else ""))
+        self.log(
+            f"{arm}: repeat {k + 1}{where}: {len(ok)} ok, {len(failed)} failed, {out_tok / max(dur, 1e-9):.1f} "
+            f"output tok/s" + (f"; first error: {failed[0].error}" if failed else "")
+        )
         # Requests that failed with an error (not a timeout) may mean the engine died: its API server
         # then exits within seconds, and the log's cause (H200: a CUDA launch failure in the what-if
         # FlashInfer arm) is the run's one line, not the next step's "cannot connect".
@@ -194,83 +245,12 @@ class Orchestrator:
         if failed and not ok and all(r.error.startswith("timeout") for r in failed):
             # Every request timed out on a live process: hung (stopped, deadlocked), not slow.
             # What it measured is on disk; the run ends here with the reason named.
-            raise SuiteError(f"{arm} server hung: all {len(failed)} requests of run {k + 1} timed out "
-                             f"({failed[0].error}); the server was stopped (log: {srv.log_path})")
+            raise SuiteError(
+                f"{arm} server hung: all {len(failed)} requests of run {k + 1} timed out "
+                f"({failed[0].error}); the server was stopped (log: {srv.log_path})"
+            )
         if srv.cfg.spec.planted_slowdown and first_on_server:  # a calibration arm that slowed nothing is no calibration
             self.log(f"{arm}: {planted.check_applied(arm, srv.log_text(), srv.log_path)}")
-
-    def accuracy(self, arm: str, srv: VllmServer) -> None:
-        out = self.run_dir / arm / "accuracy"
-        if not self.s.accuracy.enabled:
-            return
-        if self.s.model.weights_are_random:
-            write_json(out / "status.json", {"status": "not applicable: random (dummy) weights"})
-            return
-        self.status.phase("accuracy", arm=arm)
-        with self.console.status(f"{arm}: lm-eval {','.join(self.s.accuracy.tasks)}"):
-            try:
-                res = accuracy.run(self.s.accuracy, srv.url, self.s.model.served_name, out,
-                                   deadline_s=self.s.accuracy.deadline_s, api_key=srv.cfg.api_key())
-            except accuracy.AccuracyError as e:
-                srv.assert_alive()  # a dead server is the better root cause
-                write_json(out / "status.json", {"status": f"failed: {e}"})
-                raise
-        write_json(out / "status.json", {"status": "done"})
-        self.console.print(res.table)
-
-    def agreement(self, arm: str, srv: VllmServer) -> None:
-        if not self.s.agreement.enabled:
-            return
-        self.status.phase("agreement", arm=arm)
-        key = srv.cfg.api_key()
-        # The baseline is probed twice: the second time one prompt at a time. vLLM is not batch
-        # invariant (another batch size picks other GEMM tiles and reduction orders), so the two
-        # probes differ by the numerical noise the baseline itself has: the yardstick a kernel's
-        # difference is held to. Probed twice in the same batches, a GPU gives exactly 0.
-        # The reference only scores the texts: nothing reads its greedy outputs.
-        probes = [] if arm == "reference" else [("agreement.jsonl", 8)] + (
-            [("agreement-self.jsonl", 1)] if arm == "baseline" else [])
-        comps: list = [c for f, conc in probes for c in agreement_probe.collect(
-            srv.url, self.s.model.served_name, self.s.agreement, self.run_dir / arm / f, concurrency=conc, api_key=key)]
-        if self.s.agreement.reference is not None:
-            comps += self.score(arm, srv)
-        errs = [c.error for c in comps if c.error]
-        if errs:
-            srv.assert_alive()
-            raise SuiteError(f"{arm}: agreement probe: {len(errs)} of {len(comps)} requests failed: {errs[0]}")
-
-    def score(self, arm: str, srv: VllmServer) -> list[Scored]:
-        """Run 0's first prompts scored teacher-forced, for fidelity to the reference (vse/checks/fidelity.py)."""
-        texts = [p.text for p in self.prompts_for(0)[: self.s.agreement.score_texts]]
-        return agreement_probe.score(srv.url, self.s.model.served_name, texts, self.s.agreement.top_logprobs,
-                                     self.run_dir / arm / "scores.jsonl", api_key=srv.cfg.api_key())
-
-    def checks_start(self, arm: str) -> None:
-        """A server start for the checks alone: the reference's one start, or an arm whose checks an
-        interrupted call lost (on RESUME; the starts it measured stay as they were)."""
-        srv = self.start_server(arm)
-        try:
-            if arm != "reference":
-                self.accuracy(arm, srv)
-            self.agreement(arm, srv)
-        finally:
-            srv.stop()
-
-    def make_up_checks(self, reuse: dict) -> list[tuple[str, float]]:
-        """Checks missing after an earlier call: the reference first (one that cannot start ends the run
-        before anything is measured); then each arm that measured a start but was stopped before its
-        checks (seen on the H200: a call's time limit hit during the candidate's agreement probe).
-        Returns (arm, seconds) as the next measured start's estimate: this start plus its runs."""
-        made = []
-        if not run_state.checks_saved(self.run_dir, self.s, "reference"):  # only with agreement.reference
-            self.checks_start("reference")
-        for arm in ("baseline", "candidate"):
-            if arm not in reuse and self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
-                self.log(f"{arm}: its checks were not saved by an earlier call: one server start for them")
-                t = time.monotonic()
-                self.checks_start(arm)
-                made.append((arm, time.monotonic() - t + run_state.mean_run_s(self.run_dir, arm) * self.s.workload.repeats))
-        return made
 
     # -- plans --------------------------------------------------------------------------
     def run_start(self, arm: str, start: int, with_checks: bool) -> None:
@@ -282,8 +262,9 @@ class Orchestrator:
                 self.bench(arm, srv, start * r + i, first_on_server=(i == 0), start=start)
             for j, v in enumerate(self.s.run.sweep.values if self.s.run.sweep else []):
                 for i in range(r):  # fresh prompts per point: the prefix cache saw the others
-                    self.bench(arm, srv, SWEEP_PROMPTS * (j + 1) + start * r + i, first_on_server=False,
-                               start=start, point=v)
+                    self.bench(
+                        arm, srv, SWEEP_PROMPTS * (j + 1) + start * r + i, first_on_server=False, start=start, point=v
+                    )
             if with_checks:
                 self.accuracy(arm, srv)
                 self.agreement(arm, srv)
@@ -303,11 +284,20 @@ class Orchestrator:
         """A look at the data so far (from the raw records on disk): is every gated metric decided?"""
         a = analyze(self.run_dir)
         open_ = [g.name for g in a.gates if g.metric is not None and g.outcome == Outcome.INCONCLUSIVE]
-        self.status.data.setdefault("looks", []).append({"look": a.look, "of": a.looks, "alpha": a.gate_alpha,
-                                                         "undecided": open_, "at": self.status.data["phases"][-1]["at"]})
+        self.status.data.setdefault("looks", []).append(
+            {
+                "look": a.look,
+                "of": a.looks,
+                "alpha": a.gate_alpha,
+                "undecided": open_,
+                "at": self.status.data["phases"][-1]["at"],
+            }
+        )
         self.status.save()
-        self.log(f"look {a.look} of {a.looks} (alpha {a.gate_alpha:.4g}): "
-                 + ("every gated metric decided" if not open_ else f"undecided: {', '.join(open_)}"))
+        self.log(
+            f"look {a.look} of {a.looks} (alpha {a.gate_alpha:.4g}): "
+            + ("every gated metric decided" if not open_ else f"undecided: {', '.join(open_)}")
+        )
         return not open_
 
     def plan(self, pairs: int) -> list[tuple[str, int]]:
@@ -320,8 +310,9 @@ class Orchestrator:
 
     def start_estimate(self, arm: str, per_start: list[tuple[str, float]]) -> float:
         same = [s for a, s in per_start if a == arm]
-        return whatif.start_estimate(getattr(self.s.arms, arm), self.starts_done(arm), same[-1] if same else None,
-                                     per_start[-1][1])
+        return whatif.start_estimate(
+            getattr(self.s.arms, arm), self.starts_done(arm), same[-1] if same else None, per_start[-1][1]
+        )
 
     def execute(self) -> None:
         if not self.opts.resume:
@@ -344,11 +335,16 @@ class Orchestrator:
             both = [self.starts_done(a) for a in ("baseline", "candidate")]
             if start >= rs.server_starts and both == [start, start] and self.decided():
                 return  # a look between pairs beyond the first server_starts: every gate decided
-            if rs.budget_s is not None and per_start and time.monotonic() - t0 + self.start_estimate(
-                    arm, per_start) > rs.budget_s:
+            if (
+                rs.budget_s is not None
+                and per_start
+                and time.monotonic() - t0 + self.start_estimate(arm, per_start) > rs.budget_s
+            ):
                 self.status.data["stopped"] = f"time budget of {rs.budget_s:.0f} s spent; RESUME to add starts"
-                self.log(f"stopping: another server start would not fit the {rs.budget_s:.0f} s budget "
-                         f"(RESUME={self.run_dir} BUDGET=... goes on)")
+                self.log(
+                    f"stopping: another server start would not fit the {rs.budget_s:.0f} s budget "
+                    f"(RESUME={self.run_dir} BUDGET=... goes on)"
+                )
                 return
             t = time.monotonic()
             self.run_start(arm, start, with_checks=(start == 0))
@@ -359,10 +355,17 @@ class Orchestrator:
 
     def gemm_bench(self, budget_left_s: float | None) -> None:
         """The kernel view of this run's backends, on a GPU, once; never fails the comparison."""
-        kinds = sorted({getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS))
+        kinds = sorted(
+            {getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS)
+        )
         out = self.run_dir / "gemm"
-        if (not self.s.run.gemm_bench or self.s.server.device != Device.CUDA or not kinds or (out / "gemm.json").is_file()
-                or (budget_left_s is not None and budget_left_s < 150)):
+        if (
+            not self.s.run.gemm_bench
+            or self.s.server.device != Device.CUDA
+            or not kinds
+            or (out / "gemm.json").is_file()
+            or (budget_left_s is not None and budget_left_s < 150)
+        ):
             return
         self.status.phase("gemm-bench")
         try:
@@ -381,7 +384,7 @@ def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:
         s = aa_scenario(s)
     run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value)  # A/A: the name ends in -aa
     # Redacted: a ${HF_TOKEN} in an env section was expanded in memory, never on disk.
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(redact(dump(s), secret_values(s)), sort_keys=False))
+    RunDir(run_dir).scenario.write_text(yaml.safe_dump(redact(dump(s), secret_values(s)), sort_keys=False))
     return s, run_dir
 
 

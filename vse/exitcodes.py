@@ -25,8 +25,13 @@ class ExitCode(enum.IntEnum):
 # qualification's entries, a calibration's comparisons): a failed run over a FAIL over INCONCLUSIVE
 # over PASS; UNSUPPORTED (refused before anything ran) is listed, never worse than a pass. An unknown
 # code is worst of all.
-SEVERITY = {ExitCode.RUN_FAILED: 4, ExitCode.GATE_FAILED: 3, ExitCode.INCONCLUSIVE: 2, ExitCode.OK: 1,
-            ExitCode.UNSUPPORTED: 0}
+SEVERITY = {
+    ExitCode.RUN_FAILED: 4,
+    ExitCode.GATE_FAILED: 3,
+    ExitCode.INCONCLUSIVE: 2,
+    ExitCode.OK: 1,
+    ExitCode.UNSUPPORTED: 0,
+}
 
 
 def worst(codes: list[int], default: int = ExitCode.OK) -> int:

@@ -20,9 +20,15 @@ from vse import exitcodes
 from vse.analysis import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_RUN_FAILED, EXIT_UNSUPPORTED
 from vse.errors import SuiteError
 from vse.paths import suites_dir
+from vse.rundir.layout import RunDir
 
-OUTCOME: dict[int, str] = {EXIT_OK: "PASS", EXIT_GATE_FAILED: "FAIL", EXIT_RUN_FAILED: "RUN FAILED", EXIT_INCONCLUSIVE: "INCONCLUSIVE",
-           EXIT_UNSUPPORTED: "UNSUPPORTED (listed, not failed)"}
+OUTCOME: dict[int, str] = {
+    EXIT_OK: "PASS",
+    EXIT_GATE_FAILED: "FAIL",
+    EXIT_RUN_FAILED: "RUN FAILED",
+    EXIT_INCONCLUSIVE: "INCONCLUSIVE",
+    EXIT_UNSUPPORTED: "UNSUPPORTED (listed, not failed)",
+}
 
 
 class Entry(BaseModel):
@@ -57,8 +63,7 @@ def load_suite(name_or_path: str, root: Path | None = None) -> Suite:
 
 def worst(codes: list[int]) -> int:
     """The suite's exit code from its runs' (unsupported runs do not count)."""
-    return exitcodes.worst(codes) if any(
-        c != EXIT_UNSUPPORTED for c in codes) else EXIT_OK
+    return exitcodes.worst(codes) if any(c != EXIT_UNSUPPORTED for c in codes) else EXIT_OK
 
 
 # Console lines worth a line in a CI log while a comparison runs for hours: server starts, runs, stops.
@@ -77,11 +82,18 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
     argv += ["--backend", e.backend] if e.backend else []
     for s in [*suite.set, *e.set]:
         argv += ["--set", s]
-    log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}" + (f" BACKEND={e.backend}" if e.backend else "")
-        + f" (console: {out}/run-{i + 1}.log)")
+    log(
+        f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}"
+        + (f" BACKEND={e.backend}" if e.backend else "")
+        + f" (console: {out}/run-{i + 1}.log)"
+    )
     log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
-    with open(log_path, "w") as f, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                                    env={**os.environ, "COLUMNS": "200"}) as proc:
+    with (
+        open(log_path, "w") as f,
+        subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
+        ) as proc,
+    ):
         assert proc.stdout is not None
         for line in proc.stdout:
             f.write(line)
@@ -108,37 +120,62 @@ def aggregate(suite: Suite, out: Path) -> int:
     results = []
     for i, e in enumerate(suite.runs):
         path = out / f"entry-{i + 1}.json"
-        results.append(json.loads(path.read_text()) if path.is_file() else
-                       _result(e, EXIT_RUN_FAILED, None, f"entry {i + 1} left no result ({path.name})", out))
+        results.append(
+            json.loads(path.read_text())
+            if path.is_file()
+            else _result(e, EXIT_RUN_FAILED, None, f"entry {i + 1} left no result ({path.name})", out)
+        )
     code = worst([r["exit_code"] for r in results])
-    index = {"suite": suite.name, "description": suite.description, "finished": datetime.now(timezone.utc).isoformat(),
-             "exit_code": code, "outcome": OUTCOME[code], "runs": results}
+    index = {
+        "suite": suite.name,
+        "description": suite.description,
+        "finished": datetime.now(timezone.utc).isoformat(),
+        "exit_code": code,
+        "outcome": OUTCOME[code],
+        "runs": results,
+    }
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     (out / "index.md").write_text(markdown(index))
     return code
 
 
 def _result(e: Entry, code: int, run_dir: Path | None, last_line: str, out: Path) -> dict:
-    r = {"scenario": e.scenario, "backend": e.backend, "set": e.set, "exit_code": code,
-         "outcome": OUTCOME.get(code, str(code)), "run": str(run_dir.relative_to(out)) if run_dir else None,
-         "message": last_line if code in (EXIT_RUN_FAILED, EXIT_UNSUPPORTED) else "", "headline": "", "gates": []}
-    res = run_dir / "results.json" if run_dir else None
+    r = {
+        "scenario": e.scenario,
+        "backend": e.backend,
+        "set": e.set,
+        "exit_code": code,
+        "outcome": OUTCOME.get(code, str(code)),
+        "run": str(run_dir.relative_to(out)) if run_dir else None,
+        "message": last_line if code in (EXIT_RUN_FAILED, EXIT_UNSUPPORTED) else "",
+        "headline": "",
+        "gates": [],
+    }
+    res = RunDir(run_dir).results if run_dir else None
     if res and res.is_file():
         data = json.loads(res.read_text())
         r["gates"] = [{"name": g["name"], "outcome": g["outcome"]} for g in data.get("gates", [])]
-        summary = run_dir / "summary.md"
+        summary = RunDir(run_dir).summary
         if summary.is_file():
             r["headline"] = summary.read_text().splitlines()[2]
     return r
 
 
 def markdown(index: dict) -> str:
-    L = [f"# Qualification: {index['suite']}", "", f"**{index['outcome']}** (exit {index['exit_code']}). "
-         f"{index['description']}", "", "| # | Scenario | Backend | Outcome | Run | Verdict |", "|---:|---|---|---|---|---|"]
+    L = [
+        f"# Qualification: {index['suite']}",
+        "",
+        f"**{index['outcome']}** (exit {index['exit_code']}). {index['description']}",
+        "",
+        "| # | Scenario | Backend | Outcome | Run | Verdict |",
+        "|---:|---|---|---|---|---|",
+    ]
     for i, r in enumerate(index["runs"], 1):
         link = f"[{Path(r['run']).name}]({r['run']}/summary.md)" if r["run"] else "none"
-        L.append(f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {r['outcome']} | {link} | "
-                 f"{r['headline'] or r['message']} |")
+        L.append(
+            f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {r['outcome']} | {link} | "
+            f"{r['headline'] or r['message']} |"
+        )
     return "\n".join(L + [""])
 
 
@@ -147,32 +184,41 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qual
     pipeline upload`): one step per entry, in parallel on the GPU queue, each keeping its run
     directory and result as artifacts; then one step that aggregates them into the index and the
     suite's exit code (INCONCLUSIVE soft, as in the serial run)."""
-    steps: list[dict] = [{
-        "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
-                 + (f" ({e.backend})" if e.backend else ""),
-        "key": f"qualify-{i + 1}",
-        # the candidate from a wheel the build names, in an environment of its own on this agent
-        "command": ('if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then python3 -m venv /tmp/vllm-candidate && '
-                    '/tmp/vllm-candidate/bin/pip install -q "$$CANDIDATE_VLLM_WHEEL"; fi\n'
-                    f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"),
-        "artifact_paths": [f"{reports}/**/*"],
-        # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
-        # skipped (not failed) where the organisation has none.
-        "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == "flashinfer" else queue},
-        **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == "flashinfer" else {}),
-        "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
-        "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
-        "timeout_in_minutes": 180,
-    } for i, e in enumerate(suite.runs)]
+    steps: list[dict] = [
+        {
+            "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
+            + (f" ({e.backend})" if e.backend else ""),
+            "key": f"qualify-{i + 1}",
+            # the candidate from a wheel the build names, in an environment of its own on this agent
+            "command": (
+                'if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then python3 -m venv /tmp/vllm-candidate && '
+                '/tmp/vllm-candidate/bin/pip install -q "$$CANDIDATE_VLLM_WHEEL"; fi\n'
+                f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"
+            ),
+            "artifact_paths": [f"{reports}/**/*"],
+            # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
+            # skipped (not failed) where the organisation has none.
+            "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == "flashinfer" else queue},
+            **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == "flashinfer" else {}),
+            "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
+            "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
+            "timeout_in_minutes": 180,
+        }
+        for i, e in enumerate(suite.runs)
+    ]
     steps.append({"wait": None, "continue_on_failure": True})
-    steps.append({
-        "label": f":clipboard: {suite.name}: index and verdict",
-        "key": "qualify-index",
-        "command": (f'buildkite-agent artifact download "{reports}/**/*" . || true\n'
-                    f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}; code=$$?\n"
-                    f'buildkite-agent annotate --context qualify < {reports}/index.md || true\nexit $$code'),
-        "artifact_paths": [f"{reports}/index.*"],
-        "agents": {"queue": "cpu"},
-        "soft_fail": [{"exit_status": 3}],
-    })
+    steps.append(
+        {
+            "label": f":clipboard: {suite.name}: index and verdict",
+            "key": "qualify-index",
+            "command": (
+                f'buildkite-agent artifact download "{reports}/**/*" . || true\n'
+                f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}; code=$$?\n"
+                f"buildkite-agent annotate --context qualify < {reports}/index.md || true\nexit $$code"
+            ),
+            "artifact_paths": [f"{reports}/index.*"],
+            "agents": {"queue": "cpu"},
+            "soft_fail": [{"exit_status": 3}],
+        }
+    )
     return {"steps": steps}

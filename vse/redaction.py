@@ -21,15 +21,25 @@ def redact(obj: Any, secrets: set[str] | None = None) -> Any:
     Applied to everything the suite writes: scenario, server command lines, logs' first lines."""
     secrets = {v for v in (secrets or set()) if v and len(v) >= 4}
     if isinstance(obj, dict):
-        return {k: (REDACTED if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v
-                    and k != "api_key_env" else redact(v, secrets)) for k, v in obj.items()}
+        return {
+            k: (
+                REDACTED
+                if isinstance(k, str) and SECRET_NAME.search(k) and isinstance(v, str) and v and k != "api_key_env"
+                else redact(v, secrets)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         out, hide = [], False
         for v in obj:
             out.append(REDACTED if hide and isinstance(v, str) else redact(v, secrets))
             hide = isinstance(v, str) and v.startswith("--") and bool(SECRET_NAME.search(v)) and "=" not in v
-        return [REDACTED if isinstance(v, str) and v.startswith("--") and "=" in v and SECRET_NAME.search(v.split("=")[0])
-                else v for v in out]
+        return [
+            REDACTED
+            if isinstance(v, str) and v.startswith("--") and "=" in v and SECRET_NAME.search(v.split("=")[0])
+            else v
+            for v in out
+        ]
     if isinstance(obj, str):
         for sec in secrets:
             obj = obj.replace(sec, REDACTED)

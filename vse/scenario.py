@@ -168,11 +168,10 @@ class AccuracySpec(Strict):
     # Reference scores, keyed "task/metric,filter", e.g. "gsm8k/exact_match,flexible-extract".
     reference: dict[str, float] = {}
 
-
     @field_validator("limit")
     @classmethod
     def _limit(cls, v):
-        for n in ([v] if isinstance(v, int) else (v or {}).values()):
+        for n in [v] if isinstance(v, int) else (v or {}).values():
             if n < 1:
                 raise ValueError(f"limit {n} is below 1")
         return v
@@ -256,8 +255,9 @@ class RunSpec(Strict):
         if self.sweep is not None and self.max_server_starts is not None:
             raise ValueError("sweep and max_server_starts do not combine: a sweep is a fixed design")
         if self.max_server_starts is not None and self.max_server_starts < self.server_starts:
-            raise ValueError(f"max_server_starts ({self.max_server_starts}) is below server_starts "
-                             f"({self.server_starts})")
+            raise ValueError(
+                f"max_server_starts ({self.max_server_starts}) is below server_starts ({self.server_starts})"
+            )
         return self
 
     @property
@@ -289,12 +289,16 @@ class Scenario(Strict):
     def _possible(self) -> "Scenario":
         w, s = self.workload, self.server
         if s.max_model_len and w.dataset.kind == DatasetKind.RANDOM:
-            need = w.dataset.prefix_len + int(w.dataset.input_len * (1 + w.dataset.range_ratio)) + int(
-                w.dataset.output_len * (1 + w.dataset.range_ratio))
+            need = (
+                w.dataset.prefix_len
+                + int(w.dataset.input_len * (1 + w.dataset.range_ratio))
+                + int(w.dataset.output_len * (1 + w.dataset.range_ratio))
+            )
             if need > s.max_model_len:
                 raise ValueError(
                     f"workload.dataset: prefix_len + input_len + output_len reach {need} tokens per request, "
-                    f"more than server.max_model_len ({s.max_model_len})")
+                    f"more than server.max_model_len ({s.max_model_len})"
+                )
         g = self.model.generate
         for name in ("baseline", "candidate"):
             if getattr(self.arms, name).planted_fault and not (g and g.weights == GeneratedWeights.REALISTIC):

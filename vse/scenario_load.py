@@ -26,6 +26,7 @@ _ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 def _expand_env(value: Any) -> Any:
     """${VAR} and ${VAR:-default} in strings, so scenarios can name caches and venvs."""
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
             if name == "VSE_CACHE" and name not in os.environ:
@@ -35,6 +36,7 @@ def _expand_env(value: Any) -> Any:
             if default is not None:
                 return default
             raise KeyError(name)
+
         return _ENV_RE.sub(sub, value)
     if isinstance(value, dict):
         return {k: _expand_env(v) for k, v in value.items()}
@@ -139,21 +141,26 @@ def _check_names(path: Path, s: Scenario) -> None:
     for i, g in enumerate(s.gates.performance):
         if g.metric not in known:
             near = difflib.get_close_matches(g.metric, known, n=1)
-            raise ScenarioError(f"{path}: gates.performance.{i}.metric: unknown metric {g.metric!r}"
-                                + (f" (did you mean {near[0]!r}?)" if near else ""))
+            raise ScenarioError(
+                f"{path}: gates.performance.{i}.metric: unknown metric {g.metric!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+            )
     a = s.accuracy
     if not a.enabled:
         return
     for t in a.tasks:
         if t not in TASKS and not _lm_eval_task_exists(t):
-            raise ScenarioError(f"{path}: accuracy.tasks: {t!r} is neither an lm-eval task nor one of the suite's "
-                                f"({', '.join(TASKS)})")
+            raise ScenarioError(
+                f"{path}: accuracy.tasks: {t!r} is neither an lm-eval task nor one of the suite's ({', '.join(TASKS)})"
+            )
     if isinstance(a.limit, dict) and (extra := sorted(set(a.limit) - set(a.tasks))):
         raise ScenarioError(f"{path}: accuracy.limit: {extra[0]!r} is not in accuracy.tasks ({', '.join(a.tasks)})")
     unlimited = [t for t in a.tasks if t not in TASKS and a.limit_for(t) is None]
     if s.server.device.value == "cpu" and unlimited:
-        raise ScenarioError(f"{path}: accuracy: {unlimited[0]} has no limit and would run every question on a CPU "
-                            f"server (hours): set accuracy.limit, e.g. {{{unlimited[0]}: 16}}")
+        raise ScenarioError(
+            f"{path}: accuracy: {unlimited[0]} has no limit and would run every question on a CPU "
+            f"server (hours): set accuracy.limit, e.g. {{{unlimited[0]}: 16}}"
+        )
 
 
 def _check_sweep(path: Path, s: Scenario) -> None:
@@ -162,8 +169,10 @@ def _check_sweep(path: Path, s: Scenario) -> None:
     not in the model): a run recorded with such a point still rebuilds, and its report says what ran."""
     sw, n = s.run.sweep, s.workload.num_prompts
     if sw is not None and sw.key == "max_concurrency" and (big := [v for v in sw.values if v > n]):
-        raise ScenarioError(f"{path}: run.sweep: max_concurrency={big[0]:g} is more than workload.num_prompts ({n}): "
-                            f"that point would never have more than {n} requests in flight")
+        raise ScenarioError(
+            f"{path}: run.sweep: max_concurrency={big[0]:g} is more than workload.num_prompts ({n}): "
+            f"that point would never have more than {n} requests in flight"
+        )
 
 
 def _check_files(path: Path, s: Scenario) -> None:

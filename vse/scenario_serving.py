@@ -66,8 +66,10 @@ class ModelSpec(Strict):
         if self.generate is not None:
             dummy = self.generate.weights == GeneratedWeights.DUMMY
             if dummy != (self.load_format == "dummy"):
-                raise ValueError("a generated model with weights: dummy needs load_format: dummy, "
-                                 "with weights: realistic load_format: auto")
+                raise ValueError(
+                    "a generated model with weights: dummy needs load_format: dummy, "
+                    "with weights: realistic load_format: auto"
+                )
         return self
 
     @property
@@ -86,9 +88,11 @@ class ModelSpec(Strict):
         g = self.generate
         if self.load_format == "dummy" and g is not None and g.quantization == "fp8-static":
             # vLLM fills FP8 weights with U(-0.001, 0.001) through float16; e4m3's smallest step is 2^-9
-            return ("kernels and shapes are real, but 98% of vLLM's dummy FP8 weights are exactly 0, which draws "
-                    "less power than a real checkpoint (on the H200, 5% more throughput than written random "
-                    "weights: reports/examples/h200-realistic-vs-dummy-speed); accuracy was not measured.")
+            return (
+                "kernels and shapes are real, but 98% of vLLM's dummy FP8 weights are exactly 0, which draws "
+                "less power than a real checkpoint (on the H200, 5% more throughput than written random "
+                "weights: reports/examples/h200-realistic-vs-dummy-speed); accuracy was not measured."
+            )
         return "speed is real, accuracy was not measured."
 
     def describe(self) -> str:

@@ -20,16 +20,40 @@ pytestmark = [needs_server, pytest.mark.server]
 # (INCONCLUSIVE at a 100% margin). The decode gate alone (one gate, no Holm share), margin and plant
 # that large for the same reason: the point is that the gate sees a planted slowdown at all and passes
 # the same arm against itself on a 2-core machine, every time.
-SETS = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=8", "workload.repeats=1",
-        "workload.warmup_requests=2", "workload.dataset.output_len=32", "workload.usage_per_chunk=true",
-        "run.server_starts=3",
-        "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 150}]"]
+SETS = [
+    "accuracy.enabled=false",
+    "agreement.enabled=false",
+    "workload.num_prompts=8",
+    "workload.repeats=1",
+    "workload.warmup_requests=2",
+    "workload.dataset.output_len=32",
+    "workload.usage_per_chunk=true",
+    "run.server_starts=3",
+    "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 150}]",
+]
 
 
 def test_a_planted_slowdown_fails_and_the_aa_passes(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "calibrate", "--scenario", "scenarios/cpu-smoke.yaml",
-                        "--plant-ms", "400", "--aa", "--reports", str(tmp_path), *[a for s in SETS for a in ("--set", s)]],
-                       cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vse.cli",
+            "calibrate",
+            "--scenario",
+            "scenarios/cpu-smoke.yaml",
+            "--plant-ms",
+            "400",
+            "--aa",
+            "--reports",
+            str(tmp_path),
+            *[a for s in SETS for a in ("--set", s)],
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     out = next(tmp_path.glob("*-calibrate"))
     runs = sorted((out / "runs").iterdir())
     assert len(runs) == 2, r.stderr[-3000:]

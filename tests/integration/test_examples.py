@@ -20,8 +20,13 @@ from pack_example import unpack  # noqa: E402
 
 
 def report(*args):
-    return subprocess.run([sys.executable, "-m", "vse.cli", "report", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[str(p.relative_to(ROOT / "reports" / "examples")) for p in EXAMPLES])
@@ -55,18 +60,28 @@ def test_a_noise_run_with_another_workload_is_flagged(tmp_path):
     r = report(ab, "--noise-run", aa)
     assert r.returncode in (0, 1, 3), r.stderr[-2000:]
     text = (ab / "summary.md").read_text()
-    assert "had another workload (" in text and "num_prompts: 384 there, 32 here" in text and "## Noise floor (A/A" in text
+    assert (
+        "had another workload (" in text and "num_prompts: 384 there, 32 here" in text and "## Noise floor (A/A" in text
+    )
 
 
-VS_TABLES = [("h200-vs-vllm-bench/vs_vllm_bench.json", "h200-vs-vllm-bench/vs_vllm_bench.md"),
-             ("vs-vllm-bench-cpu.json", "vs-vllm-bench-cpu.md"), ("vs-vllm-bench-cpu-2pairs.json", "vs-vllm-bench-cpu-2pairs.md")]
+VS_TABLES = [
+    ("h200-vs-vllm-bench/vs_vllm_bench.json", "h200-vs-vllm-bench/vs_vllm_bench.md"),
+    ("vs-vllm-bench-cpu.json", "vs-vllm-bench-cpu.md"),
+    ("vs-vllm-bench-cpu-2pairs.json", "vs-vllm-bench-cpu-2pairs.md"),
+]
 
 
 @pytest.mark.parametrize("data,table", VS_TABLES, ids=[t for _, t in VS_TABLES])
 def test_vs_vllm_bench_table_rebuilds_from_its_json(data, table):
     d = ROOT / "reports" / "examples"
-    r = subprocess.run([sys.executable, "benchmarks/vs_vllm_bench.py", "--render", str(d / data)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "benchmarks/vs_vllm_bench.py", "--render", str(d / data)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout == (d / table).read_text()
 
@@ -74,9 +89,11 @@ def test_vs_vllm_bench_table_rebuilds_from_its_json(data, table):
 def test_reports_build_without_the_load_generator(tmp_path):
     """Reports are rebuilt from raw records alone: no aiohttp (the load generator's) needed."""
     run = unpack(ROOT / "reports" / "examples" / "cpu-smoke-aa", tmp_path)
-    code = ("import sys; sys.modules['aiohttp'] = None; sys.modules['uvloop'] = None\n"
-            "from vse import report; a = report.build(__import__('pathlib').Path(sys.argv[1]))\n"
-            "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]; print(a.exit_code)")
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; sys.modules['uvloop'] = None\n"
+        "from vse import report; a = report.build(__import__('pathlib').Path(sys.argv[1]))\n"
+        "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]; print(a.exit_code)"
+    )
     r = subprocess.run([sys.executable, "-c", code, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run / "summary.md").is_file() and (run / "report.html").is_file()
@@ -103,7 +120,10 @@ def test_a_gemm_bench_from_another_gpu_gives_no_prediction(tmp_path):
     other = json.loads((ex / "h200-gemm" / "gemm.json").read_text()) | {"gpu": "NVIDIA B200"}
     (tmp_path / "gemm.json").write_text(json.dumps(other))
     assert report(run, "--gemm", tmp_path / "gemm.json").returncode in (0, 1, 3)
-    assert "No prediction: the GEMM timings were made on NVIDIA B200, this run on NVIDIA H200" in (run / "summary.md").read_text()
+    assert (
+        "No prediction: the GEMM timings were made on NVIDIA B200, this run on NVIDIA H200"
+        in (run / "summary.md").read_text()
+    )
     missing = report(run, "--gemm", tmp_path / "nothing.json")
     assert missing.returncode == 2 and "no such file" in missing.stderr + missing.stdout
 
@@ -111,11 +131,18 @@ def test_a_gemm_bench_from_another_gpu_gives_no_prediction(tmp_path):
 def test_the_h200_ab_cut_to_its_first_starts_gives_the_readmes_look_1_numbers():
     """benchmarks/first_starts.py: the A/B as a design that stopped at 3 + 3 starts (README's
     gate-choice numbers); at 4 + 4 it is the committed report again."""
+
     def run(n):
-        out = subprocess.run([sys.executable, "benchmarks/first_starts.py", "reports/examples/h200-cutlass-vs-torch",
-                              str(n)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "benchmarks/first_starts.py", "reports/examples/h200-cutlass-vs-torch", str(n)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
+
     three, four = run(3), run(4)
     assert "(3 + 3 analysed)" in three and "median_itl_ms: -2.61% [-3.22%, -2.01%] (95% half-width 0.60%)" in three
     assert "median_tpot_ms: -3.40% [-4.95%, -1.82%] (95% half-width 1.56%)" in three
@@ -158,8 +185,10 @@ def test_the_fidelity_gate_on_the_h200_fails_faults_from_10_percent_and_passes_f
     (+0.5%) is no farther from torch than FlashInfer's what-if kernel (+0.9%): the gate passes both
     and fails 10% and 25%."""
     ex = ROOT / "reports" / "examples" / "h200-fidelity"
-    f = {n: _fidelity(ex / n, tmp_path / n) for n in ("fault-2pct", "fault-5pct", "fault-10pct", "fault-25pct",
-                                                       "flashinfer-whatif")}
+    f = {
+        n: _fidelity(ex / n, tmp_path / n)
+        for n in ("fault-2pct", "fault-5pct", "fault-10pct", "fault-25pct", "flashinfer-whatif")
+    }
     assert [f[n]["outcome"] for n in f] == ["pass", "pass", "fail", "fail", "pass"]
     assert all(v["texts"] == 16 and v["positions"] == 16368 for v in f.values())
     excess = {n: f[n]["ratio"] - 1 for n in f}
@@ -186,17 +215,25 @@ def test_the_h200_whatif_full_design_example_says_what_the_readme_quotes(tmp_pat
     assert report(run, "--gemm", ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json").returncode == 3
     res = json.loads((run / "results.json").read_text())
     gates = {g["name"].split(" not worse")[0]: g["outcome"] for g in res["gates"]}
-    assert [gates[m] for m in ("output_throughput", "median_itl_ms", "median_ttft_first_wave_ms")] == \
-        ["inconclusive", "inconclusive", "inconclusive"]
+    assert [gates[m] for m in ("output_throughput", "median_itl_ms", "median_ttft_first_wave_ms")] == [
+        "inconclusive",
+        "inconclusive",
+        "inconclusive",
+    ]
     tp_gate = next(g for g in res["gates"] if g["name"].startswith("output_throughput"))
     assert "not decided: unbalanced arms (3 + 2 server starts)" in tp_gate["detail"]
     assert gates["fidelity to the reference (torch)"] == "pass" and res["design"]["server_starts"] == {
-        "baseline": 3, "candidate": 2}
+        "baseline": 3,
+        "candidate": 2,
+    }
     tput = next(c for c in res["comparison"] if c["key"] == "output_throughput")
     assert 0.002 < tput["ci_low"] and round(100 * tput["rel_change"], 2) == 2.46
     cand = res["arms"]["candidate"]["servers"]
     assert [s["measured"] for s in cand] == [True, True, False] and len({s["machine"] for s in cand[:2]}) == 1
-    assert "checks only on" in (run / "summary.md").read_text() and "(checks only, no runs)" in (run / "report.html").read_text()
+    assert (
+        "checks only on" in (run / "summary.md").read_text()
+        and "(checks only, no runs)" in (run / "report.html").read_text()
+    )
 
 
 def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
@@ -204,10 +241,17 @@ def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
     `vse calibrate --runs` on the committed raw data of its three comparisons."""
     cal = ROOT / "reports" / "examples" / "h200-calibration"
     runs = [unpack(cal / n, tmp_path) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "calibrate", "--reports", str(tmp_path / "out"), "--runs",
-                        *map(str, runs)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "calibrate", "--reports", str(tmp_path / "out"), "--runs", *map(str, runs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode in (0, 1), r.stderr[-2000:]
     new = next((tmp_path / "out").glob("*-calibrate")) / "calibration.md"
     rows = lambda p: [ln for ln in p.read_text().splitlines() if ln.startswith("| ")]
     assert rows(new) == rows(cal / "calibration.md")
-    assert "| plant-0.85ms | +0.85 ms per all step | tmean_itl_token_ms | shown | 5% | +8.30% | +8.20%" in new.read_text()
+    assert (
+        "| plant-0.85ms | +0.85 ms per all step | tmean_itl_token_ms | shown | 5% | +8.30% | +8.20%" in new.read_text()
+    )

@@ -38,8 +38,13 @@ def pg_url():
         port = s.getsockname()[1]
     b = BIN[-1]
     subprocess.run(_as_postgres(f"{b}/initdb -D {d}/data -A trust -U vse >/dev/null"), check=True, timeout=120)
-    subprocess.run(_as_postgres(f"{b}/pg_ctl -D {d}/data -l {d}/log -w -o '-p {port} -k {d} "
-                                "-c listen_addresses=127.0.0.1' start >/dev/null"), check=True, timeout=120)
+    subprocess.run(
+        _as_postgres(
+            f"{b}/pg_ctl -D {d}/data -l {d}/log -w -o '-p {port} -k {d} -c listen_addresses=127.0.0.1' start >/dev/null"
+        ),
+        check=True,
+        timeout=120,
+    )
     try:
         subprocess.run(_as_postgres(f"{b}/createdb -h 127.0.0.1 -p {port} -U vse history"), check=True, timeout=60)
         yield f"postgresql://vse@127.0.0.1:{port}/history"
@@ -52,8 +57,16 @@ def test_several_writers_ingest_into_one_postgres_history_and_the_trend_reads_it
     ex = ROOT / "reports" / "examples"
     runs = [unpack(ex / "cpu-smoke", tmp_path, "night-1"), unpack(ex / "cpu-smoke-aa", tmp_path, "night-2")]
     # four writers at once: each run twice, as two agents retrying would
-    procs = [subprocess.Popen([sys.executable, "-m", "vse.cli", "history", "--db", pg_url, str(r)], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in runs + runs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "vse.cli", "history", "--db", pg_url, str(r)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in runs + runs
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
     said = "".join(o[1] for o in outs)
@@ -63,8 +76,13 @@ def test_several_writers_ingest_into_one_postgres_history_and_the_trend_reads_it
         assert c.execute(sa.text("SELECT COUNT(*) FROM runs")).scalar() == 16
         assert c.execute(sa.text("SELECT COUNT(DISTINCT run) FROM gates")).scalar() == 2
     t = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "trend", "--db", pg_url, "--out", str(tmp_path / "trend")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "trend", "--db", pg_url, "--out", str(tmp_path / "trend")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode in (0, 1), r.stderr[-2000:]
     md = (tmp_path / "trend" / "trend.md").read_text()
     assert "cpu-smoke / baseline fp32 (none)" in md and time.monotonic() - t < 600

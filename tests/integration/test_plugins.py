@@ -18,9 +18,11 @@ plugin = importlib.import_module("vse_flashinfer_hopper")
 def test_vllm_cpu_plugin_loader_finds_the_staged_entry_point_and_register_runs(tmp_path):
     vllm_python = str(VLLM_PY)
     plugin_dir = whatif.stage(tmp_path / "p")
-    code = ("from vllm.plugins import load_general_plugins; load_general_plugins(); "
-            f"import {plugin.MODULE} as m; print('patched', getattr(m.{plugin.KERNEL}.is_supported, '__vse_whatif__', False), "
-            f"m.{plugin.KERNEL}.is_supported(90)[1])")
+    code = (
+        "from vllm.plugins import load_general_plugins; load_general_plugins(); "
+        f"import {plugin.MODULE} as m; print('patched', getattr(m.{plugin.KERNEL}.is_supported, '__vse_whatif__', False), "
+        f"m.{plugin.KERNEL}.is_supported(90)[1])"
+    )
     env = {**os.environ, "PYTHONPATH": plugin_dir, whatif.ENV: "1"}
     r = subprocess.run([vllm_python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

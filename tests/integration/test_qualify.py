@@ -22,7 +22,8 @@ def test_worst_outcome_wins_and_unsupported_is_listed_not_failed():
 
 def test_suites_load_and_bad_ones_are_refused(tmp_path):
     assert {e.scenario for e in qualify.load_suite("release", ROOT / "scenarios" / "suites").runs} >= {
-        "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"}
+        "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"
+    }
     with pytest.raises(SuiteError, match="no such suite .*known: cpu, release"):
         qualify.load_suite("nightly-typo", ROOT / "scenarios" / "suites")
     bad = tmp_path / "bad.yaml"
@@ -39,8 +40,13 @@ def test_qualify_cpu_end_to_end(tmp_path):
     suite = yaml.safe_load((ROOT / "scenarios" / "suites" / "cpu.yaml").read_text())
     suite["runs"][0]["set"].append("run.server_starts=1")
     (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(suite))
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "qualify", "--suite", str(tmp_path / "cpu.yaml"),
-                        "--reports", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "qualify", "--suite", str(tmp_path / "cpu.yaml"), "--reports", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     (out,) = tmp_path.glob("*-qualify-cpu")
     index = json.loads((out / "index.json").read_text())
     codes = [x["exit_code"] for x in index["runs"]]

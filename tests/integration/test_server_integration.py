@@ -37,10 +37,21 @@ pytestmark = [needs_server, pytest.mark.server]
 
 
 def config(backend=Backend.NONE, extra=(), port=None) -> ServerConfig:
-    spec = ServerSpec(device=Device.CPU, vllm=VllmInstall(python=str(VLLM_PY)), max_model_len=2048,
-                      extra_args=["--enforce-eager", *extra], env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    return ServerConfig(arm="baseline", model=str(MODEL), served_name="smollm2", server=spec,
-                        spec=ArmSpec(label="t", backend=backend), port=port)
+    spec = ServerSpec(
+        device=Device.CPU,
+        vllm=VllmInstall(python=str(VLLM_PY)),
+        max_model_len=2048,
+        extra_args=["--enforce-eager", *extra],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    return ServerConfig(
+        arm="baseline",
+        model=str(MODEL),
+        served_name="smollm2",
+        server=spec,
+        spec=ArmSpec(label="t", backend=backend),
+        port=port,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +70,32 @@ def test_health_log_and_kernel_capture(live):
     assert live.selected_kernel() is None  # a float model reaches no FP8 linear kernel
     assert live.check_kernel() is None
     asked_cutlass = VllmServer(config(Backend.CUTLASS), live.log_path)
-    with pytest.raises(KernelMismatchError, match="asked for backend cutlass .* but vLLM selected no FP8 linear kernel"):
+    with pytest.raises(
+        KernelMismatchError, match="asked for backend cutlass .* but vLLM selected no FP8 linear kernel"
+    ):
         asked_cutlass.check_kernel()
 
 
 def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
-    w = WorkloadSpec(dataset=DatasetSpec(input_len=64, output_len=24, seed=1), num_prompts=24, max_concurrency=6,
-                     usage_per_chunk=True)
+    w = WorkloadSpec(
+        dataset=DatasetSpec(input_len=64, output_len=24, seed=1),
+        num_prompts=24,
+        max_concurrency=6,
+        usage_per_chunk=True,
+    )
     prompts = build_prompts(w.dataset, 24 + 2, str(MODEL))
     sha = save_prompts(tmp_path / "p.jsonl", prompts)
-    res = run_repeat(live.url, "smollm2", prompts[:24], w, tmp_path, repeat=0, tokenizer_path=str(MODEL),
-                     prompts_sha=sha, warmup=prompts[24:])
+    res = run_repeat(
+        live.url,
+        "smollm2",
+        prompts[:24],
+        w,
+        tmp_path,
+        repeat=0,
+        tokenizer_path=str(MODEL),
+        prompts_sha=sha,
+        warmup=prompts[24:],
+    )
     measured = [r for r in res.records if r.phase == "measure"]
     assert len(measured) == 24 and all(r.success for r in measured), [r.error for r in measured]
     for r in measured:
@@ -119,6 +145,7 @@ def test_teacher_forced_scores_cover_every_position_and_repeat_exactly(live, tmp
     after the first (the generated token dropped), the same on a second pass; a failing request is
     recorded with its cause, not raised."""
     from vse.checks import fidelity
+
     texts = ["The capital of France is Paris. The capital of Italy is Rome.", "def f(x):\n    return x + 1\n"]
     a = agreement_probe.score(live.url, "smollm2", texts, 5, tmp_path / "a.jsonl")
     b = agreement_probe.score(live.url, "smollm2", texts, 5, tmp_path / "b.jsonl")
@@ -160,6 +187,7 @@ def test_a_server_killed_while_starting_names_the_signal(tmp_path):
     """Not vLLM's startup warning about open files (seen as the 'root cause' before): the signal."""
     import os
     import signal
+
     srv = VllmServer(config(), tmp_path / "k.log").start()
     try:
         deadline = time.monotonic() + 60
@@ -195,13 +223,42 @@ def test_teardown_leaves_no_process(tmp_path):
 
 
 def test_external_mode_benchmarks_a_running_server(live, tmp_path):
-    code = cli.main(["bench", "--url", live.url, "--model", "smollm2", "--tokenizer", str(MODEL),
-                     "--scenario", "scenarios/cpu-smoke.yaml", "--set", "workload.num_prompts=4",
-                     "--set", "workload.warmup_requests=0", "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "bench",
+            "--url",
+            live.url,
+            "--model",
+            "smollm2",
+            "--tokenizer",
+            str(MODEL),
+            "--scenario",
+            "scenarios/cpu-smoke.yaml",
+            "--set",
+            "workload.num_prompts=4",
+            "--set",
+            "workload.warmup_requests=0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     res = json.loads((tmp_path / "result.json").read_text())
-    vllm_keys = {"completed", "failed", "duration", "output_throughput", "median_ttft_ms", "p99_tpot_ms", "itls",
-                 "ttfts", "input_lens", "output_lens", "errors", "model_id", "num_prompts"}
+    vllm_keys = {
+        "completed",
+        "failed",
+        "duration",
+        "output_throughput",
+        "median_ttft_ms",
+        "p99_tpot_ms",
+        "itls",
+        "ttfts",
+        "input_lens",
+        "output_lens",
+        "errors",
+        "model_id",
+        "num_prompts",
+    }
     assert vllm_keys <= set(res) and res["completed"] == 4 and len(res["itls"]) == 4
 
 
@@ -210,27 +267,76 @@ def test_results_are_a_superset_of_vllm_bench_serve_save_result(live, tmp_path):
     key it writes is in the suite's `bench --out` result with the same JSON type."""
     import subprocess
     import sys
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import vllm_bench_cli
-    argv = vllm_bench_cli.argv(str(VLLM_PY), "--backend", "openai", "--base-url", live.url, "--model", "smollm2",
-                               "--tokenizer", str(MODEL), "--dataset-name", "random", "--random-input-len", "32",
-                               "--random-output-len", "8", "--num-prompts", "4", "--max-concurrency", "2",
-                               "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", str(tmp_path / "v"),
-                               "--result-filename", "v.json")
+
+    argv = vllm_bench_cli.argv(
+        str(VLLM_PY),
+        "--backend",
+        "openai",
+        "--base-url",
+        live.url,
+        "--model",
+        "smollm2",
+        "--tokenizer",
+        str(MODEL),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "4",
+        "--max-concurrency",
+        "2",
+        "--ignore-eos",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(tmp_path / "v"),
+        "--result-filename",
+        "v.json",
+    )
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     theirs = json.loads((tmp_path / "v" / "v.json").read_text())
-    assert cli.main(["bench", "--url", live.url, "--model", "smollm2", "--tokenizer", str(MODEL),
-                     "--scenario", "scenarios/cpu-smoke.yaml", "--set", "workload.num_prompts=4",
-                     "--set", "workload.max_concurrency=2", "--set", "workload.warmup_requests=0",
-                     "--out", str(tmp_path / "s")]) == 0
+    assert (
+        cli.main(
+            [
+                "bench",
+                "--url",
+                live.url,
+                "--model",
+                "smollm2",
+                "--tokenizer",
+                str(MODEL),
+                "--scenario",
+                "scenarios/cpu-smoke.yaml",
+                "--set",
+                "workload.num_prompts=4",
+                "--set",
+                "workload.max_concurrency=2",
+                "--set",
+                "workload.warmup_requests=0",
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 0
+    )
     ours = json.loads((tmp_path / "s" / "result.json").read_text())
 
     def kind(v):
         return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+
     missing = sorted(set(theirs) - set(ours))
     assert not missing, missing
-    differ = {k: (kind(theirs[k]), kind(ours[k])) for k in theirs
-              if theirs[k] is not None and ours[k] is not None and kind(theirs[k]) != kind(ours[k])}
+    differ = {
+        k: (kind(theirs[k]), kind(ours[k]))
+        for k in theirs
+        if theirs[k] is not None and ours[k] is not None and kind(theirs[k]) != kind(ours[k])
+    }
     assert not differ, differ
     assert ours["request_rate"] == theirs["request_rate"] == "inf"

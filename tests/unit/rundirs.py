@@ -18,18 +18,40 @@ MS = 1_000_000
 def stream(i: int, step_ms: float, tokens: int = 32) -> RequestRecord:
     t0 = 50 * MS
     chunk_ns = [t0 + int(k * step_ms * MS) for k in range(tokens)]
-    r = RequestRecord(index=i, phase="measure", prompt_len=64, expected_output_len=tokens, scheduled_ns=0, send_ns=0,
-                      chunk_ns=chunk_ns, chunk_tokens=[1] * tokens, end_ns=chunk_ns[-1] + MS, success=True)
+    r = RequestRecord(
+        index=i,
+        phase="measure",
+        prompt_len=64,
+        expected_output_len=tokens,
+        scheduled_ns=0,
+        send_ns=0,
+        chunk_ns=chunk_ns,
+        chunk_tokens=[1] * tokens,
+        end_ns=chunk_ns[-1] + MS,
+        success=True,
+    )
     r.output_tokens, r.token_source, r.usage_completion_tokens = tokens, "usage", tokens
     return r
 
 
-def write_run(root: Path, runs: dict[str, list[tuple[int, float]]], overrides: list[str] = (),
-              lag_ms: dict[tuple[str, int], float] | None = None, status: str = "complete") -> Path:
+def write_run(
+    root: Path,
+    runs: dict[str, list[tuple[int, float]]],
+    overrides: list[str] = (),
+    lag_ms: dict[tuple[str, int], float] | None = None,
+    status: str = "complete",
+) -> Path:
     """runs: arm -> [(server start, decode step ms)] per run, in order."""
-    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["accuracy.enabled=false", "agreement.enabled=false",
-                                                             "workload.num_prompts=16", "workload.max_concurrency=4",
-                                                             *overrides])
+    s = load_scenario(
+        "scenarios/cpu-smoke.yaml",
+        overrides=[
+            "accuracy.enabled=false",
+            "agreement.enabled=false",
+            "workload.num_prompts=16",
+            "workload.max_concurrency=4",
+            *overrides,
+        ],
+    )
     root.mkdir(parents=True, exist_ok=True)
     (root / "scenario.yaml").write_text(yaml.safe_dump(dump(s)))
     (root / "run.json").write_text(json.dumps({"status": status}))
@@ -38,7 +60,12 @@ def write_run(root: Path, runs: dict[str, list[tuple[int, float]]], overrides: l
         d.mkdir(exist_ok=True)
         for k, (start, step) in enumerate(plan):
             write_jsonl(d / f"bench-{k}.jsonl", [stream(i, step) for i in range(16)])
-            meta = {"repeat": k, "server_start": start, "max_concurrency": 4, "request_rate": None,
-                    "loop_lag_ms": {"p50": 0.1, "p99": 1.0, "max": (lag_ms or {}).get((arm, k), 5.0)}}
+            meta = {
+                "repeat": k,
+                "server_start": start,
+                "max_concurrency": 4,
+                "request_rate": None,
+                "loop_lag_ms": {"p50": 0.1, "p99": 1.0, "max": (lag_ms or {}).get((arm, k), 5.0)},
+            }
             (d / f"bench-{k}.meta.json").write_text(json.dumps(meta))
     return root

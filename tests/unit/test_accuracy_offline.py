@@ -8,9 +8,18 @@ from vse.checks import accuracy
 from vse.scenario import AccuracySpec
 
 RAW = {
-    "results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.886, "exact_match_stderr,strict-match": 0.0087,
-                          "exact_match,flexible-extract": 0.944, "exact_match_stderr,flexible-extract": 0.0063}},
-    "versions": {"gsm8k": 3}, "n-shot": {"gsm8k": 5}, "higher_is_better": {"gsm8k": {"exact_match": True}},
+    "results": {
+        "gsm8k": {
+            "alias": "gsm8k",
+            "exact_match,strict-match": 0.886,
+            "exact_match_stderr,strict-match": 0.0087,
+            "exact_match,flexible-extract": 0.944,
+            "exact_match_stderr,flexible-extract": 0.0063,
+        }
+    },
+    "versions": {"gsm8k": 3},
+    "n-shot": {"gsm8k": 5},
+    "higher_is_better": {"gsm8k": {"exact_match": True}},
     "n-samples": {"gsm8k": {"original": 1319, "effective": 1319}},
 }
 

@@ -10,8 +10,15 @@ from conftest import ROOT
 
 PKG = ROOT / "vse"
 # Layers that must build from raw records alone, and what they may never import.
-PURE = ("vse.stats", "vse.report", "vse.analysis", "vse.history", "vse.rundir.files", "vse.rundir.rawdata",
-        "vse.rundir.records")
+PURE = (
+    "vse.stats",
+    "vse.report",
+    "vse.analysis",
+    "vse.history",
+    "vse.rundir.files",
+    "vse.rundir.rawdata",
+    "vse.rundir.records",
+)
 FORBIDDEN = ("vse.loadgen", "vse.server.process", "vse.compare", "vse.cli", "vse.qualify", "aiohttp")
 
 
@@ -60,6 +67,9 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
 
 
 def test_no_module_is_over_about_400_lines():
-    long = {module_name(f): n for f in PKG.rglob("*.py")
-            if "plugins" not in f.parts and (n := len(f.read_text().splitlines())) > 420}
+    long = {
+        module_name(f): n
+        for f in PKG.rglob("*.py")
+        if "plugins" not in f.parts and (n := len(f.read_text().splitlines())) > 420
+    }
     assert long == {}

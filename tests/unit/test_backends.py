@@ -44,14 +44,21 @@ def test_kernel_from_log():
 def test_every_fp8_linear_method_is_checked():
     """A compressed-tensors FP8 checkpoint logs its scheme class, not Fp8LinearMethod."""
     from vse.server.backends import describe_selected, selected_kernels
-    log = ("INFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n"
-           "INFO Selected PerTensorTorchFP8ScaledMMLinearKernel for Fp8LinearMethod\n")
+
+    log = (
+        "INFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n"
+        "INFO Selected PerTensorTorchFP8ScaledMMLinearKernel for Fp8LinearMethod\n"
+    )
     by = selected_kernels(log)
-    assert by == {"CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel",
-                  "Fp8LinearMethod": "PerTensorTorchFP8ScaledMMLinearKernel"}
+    assert by == {
+        "CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel",
+        "Fp8LinearMethod": "PerTensorTorchFP8ScaledMMLinearKernel",
+    }
     assert "for CompressedTensorsW8A8Fp8" in describe_selected(by)
-    assert describe_selected({"CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel"}) == \
-        "CutlassFP8ScaledMMLinearKernel"
+    assert (
+        describe_selected({"CompressedTensorsW8A8Fp8": "CutlassFP8ScaledMMLinearKernel"})
+        == "CutlassFP8ScaledMMLinearKernel"
+    )
 
 
 def test_a_compressed_tensors_log_passes_the_kernel_check_and_a_mixed_one_fails(tmp_path):
@@ -60,8 +67,14 @@ def test_a_compressed_tensors_log_passes_the_kernel_check_and_a_mixed_one_fails(
     from vse.errors import KernelMismatchError
     from vse.scenario import ArmSpec, ServerSpec
     from vse.server.process import ServerConfig, VllmServer
-    cfg = ServerConfig(arm="candidate", model="m", served_name="m", server=ServerSpec(),
-                       spec=ArmSpec(label="c", backend=Backend.CUTLASS))
+
+    cfg = ServerConfig(
+        arm="candidate",
+        model="m",
+        served_name="m",
+        server=ServerSpec(),
+        spec=ArmSpec(label="c", backend=Backend.CUTLASS),
+    )
     log = tmp_path / "s.log"
     srv = VllmServer(cfg, log)
     log.write_text("$ vllm serve\nINFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n")
@@ -77,11 +90,14 @@ def test_a_log_level_that_hides_the_kernel_line_is_refused_before_start():
     from vse.errors import PreflightError
     from vse.scenario_load import load_scenario
     from vse.server import preflight
+
     s = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml")
     preflight.check_log_level(s, {})
     with pytest.raises(PreflightError, match="VLLM_LOGGING_LEVEL=WARNING .*the environment"):
         preflight.check_log_level(s, {"VLLM_LOGGING_LEVEL": "WARNING"})
-    quiet = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml", overrides=["server.env={VLLM_LOGGING_LEVEL: ERROR}"])
+    quiet = load_scenario(
+        "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", overrides=["server.env={VLLM_LOGGING_LEVEL: ERROR}"]
+    )
     with pytest.raises(PreflightError, match="from server.env"):
         preflight.check_log_level(quiet, {})
     cpu = load_scenario("scenarios/cpu-smoke.yaml")  # no FP8 kernel to check: any level is fine

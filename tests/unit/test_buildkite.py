@@ -19,17 +19,20 @@ def test_every_pipeline_is_valid_buildkite(path):
 
 def make_targets() -> set[str]:
     import re
+
     return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=[p.name for p in PIPELINES])
 def test_every_make_command_in_a_pipeline_exists(path):
     import re
+
     steps = yaml.safe_load(path.read_text())["steps"]
     cmds = " ".join(s.get("command", "") for s in steps if isinstance(s, dict))
     made = set(re.findall(r"\bmake (\w[\w-]*)", cmds))
     assert made <= make_targets(), made - make_targets()
     from vse.cli import parser
+
     subs = set(next(a for a in parser()._actions if a.dest == "cmd").choices)
     used = set(re.findall(r"\bbin/vse (\w[\w-]*)", cmds))
     assert (made or used) and used <= subs, used - subs
@@ -52,7 +55,10 @@ def test_nightly_fans_out_in_the_suites_image_and_keeps_history():
         assert steps[k]["artifact_paths"] == ["reports/2*/**/*"]  # run directories only, not the 52 MB examples
         assert steps[k]["soft_fail"] == [{"exit_status": 4}]
     # FlashInfer per-tensor FP8 needs SM100: a Blackwell queue, skipped where there is none
-    assert "flashinfer" not in matrix["backend"] and 'build.env("VSE_BLACKWELL_QUEUE")' in steps["nightly-flashinfer"]["if"]
+    assert (
+        "flashinfer" not in matrix["backend"]
+        and 'build.env("VSE_BLACKWELL_QUEUE")' in steps["nightly-flashinfer"]["if"]
+    )
     assert steps["nightly-matrix"]["retry"]["automatic"][0]["exit_status"] == -1
     trend = steps["trend"]["command"]
     assert "VSE_HISTORY_URL" in trend and "bin/vse history" in trend and "bin/vse trend" in trend
@@ -81,6 +87,7 @@ def test_dockerfiles_pass_hadolint_and_carry_the_revision():
     import subprocess
     import sys
     from pathlib import Path
+
     exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     files = [str(ROOT / "docker" / f) for f in ("Dockerfile", "Dockerfile.cpu")]
     r = subprocess.run([exe, *files], capture_output=True, text=True, timeout=60)
@@ -97,6 +104,7 @@ def test_release_qualification_is_a_dynamic_pipeline_a_step_per_entry(tmp_path, 
     import jsonschema
 
     from vse import qualify
+
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     suite = qualify.load_suite("release")
     p = qualify.pipeline(suite)
@@ -110,8 +118,20 @@ def test_release_qualification_is_a_dynamic_pipeline_a_step_per_entry(tmp_path, 
     out = tmp_path / "q"
     out.mkdir()
     for i, code in ((1, 0), (2, 4), (3, 3)):
-        (out / f"entry-{i}.json").write_text(json.dumps({"scenario": "s", "backend": None, "set": [], "exit_code": code,
-                                                         "outcome": qualify.OUTCOME[code], "run": None, "message": "",
-                                                         "headline": "", "gates": []}))
+        (out / f"entry-{i}.json").write_text(
+            json.dumps(
+                {
+                    "scenario": "s",
+                    "backend": None,
+                    "set": [],
+                    "exit_code": code,
+                    "outcome": qualify.OUTCOME[code],
+                    "run": None,
+                    "message": "",
+                    "headline": "",
+                    "gates": [],
+                }
+            )
+        )
     assert qualify.aggregate(suite, out) == 2  # entry 4 left nothing: RUN FAILED
     assert "entry 4 left no result" in (out / "index.md").read_text()

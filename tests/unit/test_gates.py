@@ -8,14 +8,17 @@ from vse.stats import gates
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
 
-SPEC = AccuracySpec(limit=100, reference={"gsm8k/exact_match,flexible-extract": 0.944,
-                                          "gsm8k/exact_match,strict-match": 0.886})
+SPEC = AccuracySpec(
+    limit=100, reference={"gsm8k/exact_match,flexible-extract": 0.944, "gsm8k/exact_match,strict-match": 0.886}
+)
 
 
 def acc(flex, strict, n=100, se=0.01):
-    return AccuracyResult(scores={"gsm8k/exact_match,flexible-extract": flex, "gsm8k/exact_match,strict-match": strict},
-                          stderrs={"gsm8k/exact_match,flexible-extract": se, "gsm8k/exact_match,strict-match": se},
-                          samples={"gsm8k": {"original": 1319, "effective": n}})
+    return AccuracyResult(
+        scores={"gsm8k/exact_match,flexible-extract": flex, "gsm8k/exact_match,strict-match": strict},
+        stderrs={"gsm8k/exact_match,flexible-extract": se, "gsm8k/exact_match,strict-match": se},
+        samples={"gsm8k": {"original": 1319, "effective": n}},
+    )
 
 
 def outcomes(rs):
@@ -46,8 +49,11 @@ def test_missing_metric_fails():
 def paired(n, base_right, cand_right):
     """Per-question records: question i right when i < base_right (resp. cand_right)."""
     key = "gsm8k/exact_match,flexible-extract"
-    mk = lambda k: AccuracyResult(scores={key: k / n}, samples={"gsm8k": {"original": 1319, "effective": n}},
-                                  per_question={key: {str(i): int(i < k) for i in range(n)}})
+    mk = lambda k: AccuracyResult(
+        scores={key: k / n},
+        samples={"gsm8k": {"original": 1319, "effective": n}},
+        per_question={key: {str(i): int(i < k) for i in range(n)}},
+    )
     return mk(base_right), mk(cand_right)
 
 
@@ -94,8 +100,25 @@ def test_reference_gate_on_a_subset_says_so_and_can_be_inconclusive():
 
 def row(key, change, se=0.005, higher=False, n=3):
     from vse.stats.estimate import Design
-    return MetricComparison(key, key, higher, 1.0, 1.0 + change, change, change - 0.01, change + 0.01,
-                            Verdict.NO_CHANGE, Design.STARTS, se, 2 * n - 2, n, n, se * se * n / 2, se * se * n / 2)
+
+    return MetricComparison(
+        key,
+        key,
+        higher,
+        1.0,
+        1.0 + change,
+        change,
+        change - 0.01,
+        change + 0.01,
+        Verdict.NO_CHANGE,
+        Design.STARTS,
+        se,
+        2 * n - 2,
+        n,
+        n,
+        se * se * n / 2,
+        se * se * n / 2,
+    )
 
 
 def test_performance_gate_has_three_outcomes():
@@ -115,8 +138,10 @@ def test_performance_gate_has_three_outcomes():
 
 
 def comps(lps, tokens=None):
-    return [Completion("p", text="".join(t), tokens=t, logprobs=lp)
-            for lp, t in zip(lps, tokens or [[f"t{i}" for i in range(len(x))] for x in lps])]
+    return [
+        Completion("p", text="".join(t), tokens=t, logprobs=lp)
+        for lp, t in zip(lps, tokens or [[f"t{i}" for i in range(len(x))] for x in lps])
+    ]
 
 
 def test_agreement_gate_calibrated_by_self_agreement():
@@ -158,6 +183,7 @@ def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
     import math
 
     from vse.stats.decide import margin_log
+
     assert margin_log(1.0, True) == math.inf and margin_log(2.0, True) == math.inf
     assert margin_log(0.05, True) == -math.log(0.95) and margin_log(1.0, False) == math.log(2.0)
 
@@ -165,8 +191,15 @@ def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
 def _scored(rows, toks):
     """Teacher-forced scores of one text per row: a position's top-k logprobs from its logits."""
     from vse.checks.fidelity import Scored
-    return [Scored("t", tokens=[f"x{i}" for i in range(len(r))], top_logprobs=[None] + [dict(zip(toks, map(float, p)))
-                                                                                       for p in r[1:]]) for r in rows]
+
+    return [
+        Scored(
+            "t",
+            tokens=[f"x{i}" for i in range(len(r))],
+            top_logprobs=[None] + [dict(zip(toks, map(float, p))) for p in r[1:]],
+        )
+        for r in rows
+    ]
 
 
 def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
@@ -175,6 +208,7 @@ def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
     import numpy as np
 
     from vse.checks import fidelity
+
     rng = np.random.default_rng(0)
     toks = [f"t{i}" for i in range(5)]
     ref = rng.normal(0, 2, (16, 200, 5))
@@ -196,6 +230,7 @@ def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
 
 def test_fidelity_without_scores_degenerate_or_reported():
     from vse.checks import fidelity
+
     toks = ["a", "b"]
     flat = _scored([[[0.0, 0.0]] * 3] * 4, toks)
     deg = fidelity.compare(flat, flat, flat)
@@ -205,18 +240,24 @@ def test_fidelity_without_scores_degenerate_or_reported():
     assert gates.fidelity(None, GatesSpec(), "torch", pending=True)[0].outcome == Outcome.INCONCLUSIVE
     broken = fidelity.compare(flat, [fidelity.Scored("t", error="HTTP 500")] * 4, flat)
     assert broken["failed_texts"] == 4 and gates.fidelity(broken, GatesSpec(), "torch")[0].outcome == Outcome.FAIL
-    g = fidelity.compare(_scored([[[0, 0], [0.0, 1.0]]] * 3, toks), _scored([[[0, 0], [0.0, 2.0]]] * 3, toks),
-                         _scored([[[0, 0], [0.0, 0.0]]] * 3, toks))
+    g = fidelity.compare(
+        _scored([[[0, 0], [0.0, 1.0]]] * 3, toks),
+        _scored([[[0, 0], [0.0, 2.0]]] * 3, toks),
+        _scored([[[0, 0], [0.0, 0.0]]] * 3, toks),
+    )
     rep = gates.fidelity(g, GatesSpec(fidelity_mode="report"), "torch")[0]
     assert rep.outcome == Outcome.NOT_APPLICABLE and "would be FAIL" in rep.detail
 
 
-@pytest.mark.parametrize("table, expected", [
-    ((12, 3, 1, 24), (-0.156, 0.058)),  # reference values (Newcombe 1998 method 10 with its continuity
-    ((30, 6, 2, 2), (-0.251, 0.050)),   # adjustment of phi; contingencytables, Altman 2000)
-])
+@pytest.mark.parametrize(
+    "table, expected",
+    [
+        ((12, 3, 1, 24), (-0.156, 0.058)),  # reference values (Newcombe 1998 method 10 with its continuity
+        ((30, 6, 2, 2), (-0.251, 0.050)),  # adjustment of phi; contingencytables, Altman 2000)
+    ],
+)
 def test_newcombe_paired_interval_matches_the_reference_implementation(table, expected):
     from vse.stats import proportions as prop
+
     lo, hi = prop.newcombe_paired(prop.Paired(sum(table), *table))
     assert (round(lo, 3), round(hi, 3)) == expected
-

@@ -24,20 +24,55 @@ def shapes(arch, tp):
 
 
 def test_llama_shapes_per_tensor_parallel_rank():
-    assert shapes(Architecture.LLAMA_3_1_8B, 1) == {"qkv": (4096, 6144), "o": (4096, 4096),
-                                                    "gate_up": (4096, 28672), "down": (14336, 4096)}
-    assert shapes(Architecture.LLAMA_3_3_70B, 1) == {"qkv": (8192, 10240), "o": (8192, 8192),
-                                                     "gate_up": (8192, 57344), "down": (28672, 8192)}
-    assert shapes(Architecture.LLAMA_3_3_70B, 2) == {"qkv": (8192, 5120), "o": (4096, 8192),
-                                                     "gate_up": (8192, 28672), "down": (14336, 8192)}
-    assert shapes(Architecture.LLAMA_3_3_70B, 4) == {"qkv": (8192, 2560), "o": (2048, 8192),
-                                                     "gate_up": (8192, 14336), "down": (7168, 8192)}
+    assert shapes(Architecture.LLAMA_3_1_8B, 1) == {
+        "qkv": (4096, 6144),
+        "o": (4096, 4096),
+        "gate_up": (4096, 28672),
+        "down": (14336, 4096),
+    }
+    assert shapes(Architecture.LLAMA_3_3_70B, 1) == {
+        "qkv": (8192, 10240),
+        "o": (8192, 8192),
+        "gate_up": (8192, 57344),
+        "down": (28672, 8192),
+    }
+    assert shapes(Architecture.LLAMA_3_3_70B, 2) == {
+        "qkv": (8192, 5120),
+        "o": (4096, 8192),
+        "gate_up": (8192, 28672),
+        "down": (14336, 8192),
+    }
+    assert shapes(Architecture.LLAMA_3_3_70B, 4) == {
+        "qkv": (8192, 2560),
+        "o": (2048, 8192),
+        "gate_up": (8192, 14336),
+        "down": (7168, 8192),
+    }
     # 8 KV heads over 16 ranks: each rank keeps one replicated KV head, as vLLM does.
-    assert llama_shapes({"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
-                         "num_attention_heads": 64, "num_key_value_heads": 8}, 16)[0].n == (4 + 2) * 128
+    assert (
+        llama_shapes(
+            {
+                "model_type": "llama",
+                "hidden_size": 8192,
+                "intermediate_size": 28672,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+            },
+            16,
+        )[0].n
+        == (4 + 2) * 128
+    )
     with pytest.raises(ShapeError, match="does not divide"):
-        llama_shapes({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-                      "num_attention_heads": 32, "num_key_value_heads": 8}, 3)
+        llama_shapes(
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "intermediate_size": 14336,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+            },
+            3,
+        )
     with pytest.raises(ShapeError, match="Llama only"):
         llama_shapes({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]})
 
@@ -73,16 +108,31 @@ def test_the_error_table_shows_cutlass_accumulating_less_exactly_than_torch():
     reason two arms' greedy outputs disagree (README, agreement)."""
     res = json.loads(RECORDED.read_text())
     table = "\n".join(gemm_report.error_lines(res))
-    assert "| cutlass | 0.60% | 0.67% | 0.65% | 1.16% |" in table and "| torch | 0.33% | 0.33% | 0.31% | 0.33% |" in table
+    assert (
+        "| cutlass | 0.60% | 0.67% | 0.65% | 1.16% |" in table and "| torch | 0.33% | 0.33% | 0.31% | 0.33% |" in table
+    )
     assert table.index("| cutlass") < table.index("| flashinfer") < table.index("| torch")
     no_err = {**res, "results": [{k: v for k, v in r.items() if k != "max_rel_error"} for r in res["results"]]}
     assert gemm_report.error_lines(no_err) == []
 
 
 def test_refuses_without_a_gpu(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "gemm-bench", "--scenario",
-                        "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", "--out", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vse.cli",
+            "gemm-bench",
+            "--scenario",
+            "scenarios/h200-llama3.1-8b-fp8-dummy.yaml",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if r.returncode == 0:
         pytest.skip("this machine has a GPU")
     assert r.returncode == 4 and "needs an NVIDIA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -91,14 +141,16 @@ def test_refuses_without_a_gpu(tmp_path):
 def test_a_runs_gemm_benchmark_shows_in_its_reports(tmp_path):
     """make compare on a GPU times the arms' backends into <run>/gemm/; the reports show it."""
     import shutil
+
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from pack_example import unpack
 
-    run = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
+    run = unpack(ROOT / "reports" / "examples" / "cpu-smoke", tmp_path)  # any run: the smallest
     (run / "gemm").mkdir()
     shutil.copy(RECORDED, run / "gemm" / "gemm.json")
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     md = (run / "summary.md").read_text()
     assert "## FP8 GEMMs of this model on this GPU" in md and "| torch | 1.0" in md

@@ -25,8 +25,12 @@ def engine(n_req=24, conc=8, out_len=20, prompt=100, step_ms=10.0, prefill_per_s
     token; a finished request's slot sends the next prompt. Chunks of one step arrive `jitter_us`
     apart. Returns the records and the true (decode, prefill) tokens of every step."""
     rng = np.random.default_rng(seed)
-    recs = [RequestRecord(index=i, phase="measure", prompt_len=prompt, expected_output_len=out_len,
-                          scheduled_ns=0, success=True) for i in range(n_req)]
+    recs = [
+        RequestRecord(
+            index=i, phase="measure", prompt_len=prompt, expected_output_len=out_len, scheduled_ns=0, success=True
+        )
+        for i in range(n_req)
+    ]
     pending, backlog, running, t, truth = list(range(conc)), list(range(conc, n_req)), [], 1_000 * MS, []
     while pending or running:
         admit, pending = pending[:prefill_per_step], pending[prefill_per_step:]
@@ -48,8 +52,13 @@ def engine(n_req=24, conc=8, out_len=20, prompt=100, step_ms=10.0, prefill_per_s
 
 def table(base_us: float, cand_us: float, ms=(1, 8, 64, 512, 4096)) -> dict:
     """gemm.json with time linear in M for one shape: us(M) = t * (1 + M / 512)."""
-    return {"results": [{"backend": b, "shape": "qkv", "k": 64, "n": 64, "m": m, "us": t * (1 + m / 512)}
-                        for b, t in (("cutlass", base_us), ("torch", cand_us)) for m in ms]}
+    return {
+        "results": [
+            {"backend": b, "shape": "qkv", "k": 64, "n": 64, "m": m, "us": t * (1 + m / 512)}
+            for b, t in (("cutlass", base_us), ("torch", cand_us))
+            for m in ms
+        ]
+    }
 
 
 def test_steps_are_rebuilt_exactly_from_a_simulated_engine():

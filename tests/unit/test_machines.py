@@ -27,6 +27,7 @@ def test_a_start_that_only_made_up_checks_is_not_counted_as_a_measured_start(tmp
 
     from vse.analysis import load_arm
     from vse.scenario_load import load_scenario
+
     d = tmp_path / "candidate"
     d.mkdir()
     (d / "servers.json").write_text(json.dumps([{"server": 2, "machine": "aaa"}, {"server": 6, "machine": "bbb"}]))
@@ -40,8 +41,12 @@ def test_a_start_that_only_made_up_checks_is_not_counted_as_a_measured_start(tmp
 
 def test_measured_starts_after_a_make_up_start_keep_their_own_numbers():
     """A resume makes up lost checks first, then measures on: that start is not counted in the numbering."""
-    servers = [{"machine": "aaa", "measured": True}, {"machine": "bbb", "measured": False},
-               {"machine": "bbb", "measured": True}]
-    (note,) = _machine_notes({"baseline": SimpleNamespace(servers=[{"machine": "aaa"}]),
-                              "candidate": SimpleNamespace(servers=servers)})
+    servers = [
+        {"machine": "aaa", "measured": True},
+        {"machine": "bbb", "measured": False},
+        {"machine": "bbb", "measured": True},
+    ]
+    (note,) = _machine_notes(
+        {"baseline": SimpleNamespace(servers=[{"machine": "aaa"}]), "candidate": SimpleNamespace(servers=servers)}
+    )
     assert "candidate: start 1 on aaa, checks only on bbb, start 2 on bbb." in note

@@ -29,6 +29,7 @@ def runner_class():
         def execute_model(self, scheduler_output, *a, **kw):
             Runner.calls += 1
             return "out"
+
     return Runner
 
 
@@ -92,6 +93,9 @@ def test_the_staged_plugin_has_its_entry_point_and_the_env_names_the_work(tmp_pa
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["arms.candidate.planted_slowdown={gpu_ms_per_step: 0.8}"])
     path = planted.stage(tmp_path)
     assert (tmp_path / "vse_planted_slowdown" / "__init__.py").is_file()
-    assert "vse_planted_slowdown:register" in (tmp_path / "vse_planted_slowdown-0.1.0.dist-info" / "entry_points.txt").read_text()
+    assert (
+        "vse_planted_slowdown:register"
+        in (tmp_path / "vse_planted_slowdown-0.1.0.dist-info" / "entry_points.txt").read_text()
+    )
     env = planted.server_env(path, s.arms.candidate, {"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"] == f"{path}:/x" and json.loads(env[planted.ENV])["gpu_ms_per_step"] == 0.8

@@ -31,8 +31,11 @@ def test_cutlass_and_torch_pass_on_hopper_flashinfer_on_blackwell():
 
 
 def test_the_agreement_reference_is_checked_like_an_arm():
-    s = load_scenario(ROOT / "scenarios" / "h200-llama3.1-8b-fp8-realistic.yaml", backend="torch",
-                      overrides=["agreement.reference.backend=flashinfer"])
+    s = load_scenario(
+        ROOT / "scenarios" / "h200-llama3.1-8b-fp8-realistic.yaml",
+        backend="torch",
+        overrides=["agreement.reference.backend=flashinfer"],
+    )
     with pytest.raises(PreflightError, match="^reference backend flashinfer: .* 9.0 < 10.0"):
         preflight.check_backends(s, [H200])
 

@@ -21,8 +21,18 @@ def reference_server():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "reference_server.py"), "--port", str(port),
-                             "--ttft-ms", "20", "--itl-ms", "5"])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "reference_server.py"),
+            "--port",
+            str(port),
+            "--ttft-ms",
+            "20",
+            "--itl-ms",
+            "5",
+        ]
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):

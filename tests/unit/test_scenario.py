@@ -47,21 +47,35 @@ def test_backend_override_sets_candidate(tmp_path):
     assert s.arms.baseline.backend is Backend.CUTLASS
 
 
-@pytest.mark.parametrize("text,expect", [
-    (MINIMAL + "workload: {num_promts: 3}\n", "s.yaml: workload.num_promts: unknown key"),
-    (MINIMAL + "workload: {num_prompts: many}\n", "s.yaml: workload.num_prompts: Input should be a valid integer"),
-    (MINIMAL + "workload: {max_concurrency: 0}\n", "workload.max_concurrency: Input should be greater than or equal to 1"),
-    (MINIMAL + "server: {max_model_len: 1000}\nworkload: {dataset: {input_len: 1024, output_len: 16}}\n",
-     "more than server.max_model_len (1000)"),
-    (MINIMAL.replace("backend: torch", "backend: cudnn"), "arms.candidate.backend: Input should be"),
-    (MINIMAL + "workload: {dataset: {kind: jsonl, path: /no/such/file.jsonl}}\n",
-     "workload.dataset.path: /no/such/file.jsonl does not exist"),
-    ("name: [unclosed\n", "not valid YAML"),
-    (MINIMAL + "agreement: {reference: {label: r, backend: cutlass}}\n",
-     "agreement.reference runs the baseline's settings: the baseline would be at distance 0"),
-    (MINIMAL + "agreement: {reference: {label: r, backend: torch, planted_fault: {factor: 1.1}}}\n",
-     "s.yaml: agreement.reference: a reference with a planted fault is no reference"),
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        (MINIMAL + "workload: {num_promts: 3}\n", "s.yaml: workload.num_promts: unknown key"),
+        (MINIMAL + "workload: {num_prompts: many}\n", "s.yaml: workload.num_prompts: Input should be a valid integer"),
+        (
+            MINIMAL + "workload: {max_concurrency: 0}\n",
+            "workload.max_concurrency: Input should be greater than or equal to 1",
+        ),
+        (
+            MINIMAL + "server: {max_model_len: 1000}\nworkload: {dataset: {input_len: 1024, output_len: 16}}\n",
+            "more than server.max_model_len (1000)",
+        ),
+        (MINIMAL.replace("backend: torch", "backend: cudnn"), "arms.candidate.backend: Input should be"),
+        (
+            MINIMAL + "workload: {dataset: {kind: jsonl, path: /no/such/file.jsonl}}\n",
+            "workload.dataset.path: /no/such/file.jsonl does not exist",
+        ),
+        ("name: [unclosed\n", "not valid YAML"),
+        (
+            MINIMAL + "agreement: {reference: {label: r, backend: cutlass}}\n",
+            "agreement.reference runs the baseline's settings: the baseline would be at distance 0",
+        ),
+        (
+            MINIMAL + "agreement: {reference: {label: r, backend: torch, planted_fault: {factor: 1.1}}}\n",
+            "s.yaml: agreement.reference: a reference with a planted fault is no reference",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_naming_file_and_key(tmp_path, text, expect):
     with pytest.raises(ScenarioError) as e:
         load_scenario(write(tmp_path, text))
@@ -94,17 +108,25 @@ def test_unset_env_var_is_named(tmp_path):
 
 
 def test_generated_model_needs_dummy(tmp_path):
-    text = MINIMAL.replace("model: {id: /nonexistent-ok-at-load-time, served_name: m}",
-                           f"model: {{generate: {{architecture: llama-3.1-8b, tokenizer: {tmp_path}}}}}")
+    text = MINIMAL.replace(
+        "model: {id: /nonexistent-ok-at-load-time, served_name: m}",
+        f"model: {{generate: {{architecture: llama-3.1-8b, tokenizer: {tmp_path}}}}}",
+    )
     with pytest.raises(ScenarioError, match="model: a generated model with weights: dummy needs load_format: dummy"):
         load_scenario(write(tmp_path, text))
 
 
 def test_secrets_are_redacted_by_name_by_flag_and_by_value():
     from vse.redaction import REDACTED, redact
-    data = {"server": {"env": {"HF_TOKEN": "hf_abc123", "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": "pw1234"},
-                       "extra_args": ["--api-key", "sk-1", "--dtype", "bf16", "--hf-token=hf_x"], "api_key_env": "K"},
-            "note": "uses hf_abc123 inline"}
+
+    data = {
+        "server": {
+            "env": {"HF_TOKEN": "hf_abc123", "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": "pw1234"},
+            "extra_args": ["--api-key", "sk-1", "--dtype", "bf16", "--hf-token=hf_x"],
+            "api_key_env": "K",
+        },
+        "note": "uses hf_abc123 inline",
+    }
     out = redact(data, {"hf_abc123"})
     assert out["server"]["env"] == {"HF_TOKEN": REDACTED, "VLLM_CPU_KVCACHE_SPACE": "2", "MY_PASSWORD": REDACTED}
     assert out["server"]["extra_args"] == ["--api-key", REDACTED, "--dtype", "bf16", REDACTED]
@@ -113,7 +135,9 @@ def test_secrets_are_redacted_by_name_by_flag_and_by_value():
     # A tokenizer is no token: redacting its path made a saved run impossible to resume (H200, 2026-12-03).
     gen = {"model": {"generate": {"tokenizer": "/cache/llama3-tokenizer"}, "tokenizer": "/t"}}
     assert redact(gen) == gen and redact({"HF_TOKEN": "x", "TOKENIZERS_PARALLELISM": "false"}) == {
-        "HF_TOKEN": REDACTED, "TOKENIZERS_PARALLELISM": "false"}
+        "HF_TOKEN": REDACTED,
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     # Nor is a token count: the H200 servers' argv lost its --max-num-batched-tokens value (2026-12-03).
     argv = ["--max-num-batched-tokens", "8192", "--token", "hf_y", "--max_tokens=32"]
     assert redact(argv) == ["--max-num-batched-tokens", "8192", "--token", REDACTED, "--max_tokens=32"]
@@ -121,8 +145,10 @@ def test_secrets_are_redacted_by_name_by_flag_and_by_value():
 
 def test_alias_bombs_are_refused_quickly(tmp_path):
     import time
+
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+    )
     path = tmp_path / "bomb.yaml"
     path.write_text(bomb)
     t = time.monotonic()
@@ -133,6 +159,7 @@ def test_alias_bombs_are_refused_quickly(tmp_path):
 
 def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
     from vse import sweep
+
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 16]}"])
     p = sweep.point_scenario(s, 16)
     assert p.workload.max_concurrency == 16 and isinstance(p.workload.max_concurrency, int)
@@ -143,27 +170,35 @@ def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
     with pytest.raises(ScenarioError, match=r"max_concurrency=64 is more than workload.num_prompts \(32\)"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 64]}"])
     with pytest.raises(ScenarioError, match="sweep and max_server_starts do not combine"):
-        load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2]}",
-                                                             "run.max_server_starts=4"])
+        load_scenario(
+            "scenarios/cpu-smoke.yaml",
+            overrides=["run.sweep={key: max_concurrency, values: [2]}", "run.max_server_starts=4"],
+        )
 
 
 def test_the_schema_reference_in_the_docs_is_the_generated_one():
     """docs/scenarios.md's key table is generated from the pydantic models: a key added to the schema
     and not to the docs fails here (regenerate with `python -m vse.schema_doc`)."""
     from vse.schema_doc import BEGIN, END, reference
+
     text = (ROOT / "docs" / "scenarios.md").read_text()
     assert BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END == reference()
     assert "| `arms.candidate.planted_slowdown.gpu_ms_per_step` | float | `0.0` |" in reference()
 
 
-@pytest.mark.parametrize("override, said", [
-    ("accuracy.limit={gsm8kk: 16}", "accuracy.limit: 'gsm8kk' is not in accuracy.tasks"),
-    ("accuracy.tasks=[gsm8k, nosuchtask]", "accuracy.tasks: 'nosuchtask' is neither an lm-eval task"),
-    ("accuracy.limit=null", "gsm8k has no limit and would run every question on a CPU server"),
-    ("workload.dataset.seed=-1", "workload.dataset.seed: Input should be greater than or equal to 0"),
-    ("gates.performance=[{metric: median_itl_tokn_ms, max_worse_pct: 5}]",
-     "unknown metric 'median_itl_tokn_ms' (did you mean 'median_itl_token_ms'?)"),
-])
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("accuracy.limit={gsm8kk: 16}", "accuracy.limit: 'gsm8kk' is not in accuracy.tasks"),
+        ("accuracy.tasks=[gsm8k, nosuchtask]", "accuracy.tasks: 'nosuchtask' is neither an lm-eval task"),
+        ("accuracy.limit=null", "gsm8k has no limit and would run every question on a CPU server"),
+        ("workload.dataset.seed=-1", "workload.dataset.seed: Input should be greater than or equal to 0"),
+        (
+            "gates.performance=[{metric: median_itl_tokn_ms, max_worse_pct: 5}]",
+            "unknown metric 'median_itl_tokn_ms' (did you mean 'median_itl_token_ms'?)",
+        ),
+    ],
+)
 def test_names_and_values_compare_would_meet_later_are_refused_by_check(override, said):
     """Issue 29: a typo in a per-task limit ran gsm8k unlimited; a negative seed crashed after a
     server start; an unknown gated metric failed late."""

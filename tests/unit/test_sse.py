@@ -4,7 +4,7 @@ from vse.loadgen.sse import SseParser
 def test_event_split_across_reads():
     p = SseParser()
     assert p.feed(b'data: {"a"') == []
-    assert p.feed(b': 1}\n') == []
+    assert p.feed(b": 1}\n") == []
     assert p.feed(b"\n") == ['{"a": 1}']
 
 
@@ -40,6 +40,7 @@ def test_crlf_split_across_reads():
 def test_unicode_line_separators_inside_json_stay_in_the_event():
     """vLLM writes U+2028/U+2029/U+0085 unescaped in its JSON; only \n, \r\n end SSE lines."""
     import json
+
     text = "a\u2028b\u2029c\u0085d\x1ce\x0bf"
     chunk = json.dumps({"choices": [{"text": text}]}, ensure_ascii=False).encode()
     p = SseParser()

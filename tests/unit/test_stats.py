@@ -34,8 +34,10 @@ SIGMA_START, SIGMA_RUN = 0.012, 0.005
 
 def simulate(rng, n, starts, runs, effect=0.0, s_start=SIGMA_START, s_run=SIGMA_RUN):
     """n comparisons: arrays (n, starts, runs) of log values per arm."""
+
     def arm(mu):
         return mu + rng.normal(0, s_start, (n, starts, 1)) + rng.normal(0, s_run, (n, starts, runs))
+
     return arm(0.0), arm(effect)
 
 
@@ -59,6 +61,7 @@ def test_the_simulated_noise_is_at_least_what_the_h200_showed():
     import json
 
     from conftest import ROOT
+
     sd = []
     for ex in ("h200-aa", "h200-cutlass-vs-torch"):
         res = json.loads((ROOT / f"reports/examples/{ex}/results.json").read_text())
@@ -116,8 +119,9 @@ def test_holm_keeps_false_failures_at_alpha_over_2_across_three_gated_metrics():
 def power(shift, starts, n=400, seed=4):
     rng = np.random.default_rng(seed)
     b, c = simulate(rng, n, starts=starts, runs=2, effect=math.log(1 - shift))
-    return np.mean([compare_values(THROUGHPUT, values(b[i]), values(c[i]), 0.05).verdict is Verdict.WORSE
-                    for i in range(n)])
+    return np.mean(
+        [compare_values(THROUGHPUT, values(b[i]), values(c[i]), 0.05).verdict is Verdict.WORSE for i in range(n)]
+    )
 
 
 def test_power_curves_grow_with_the_shift_and_the_starts():
@@ -148,8 +152,9 @@ def sequential(b, c, margin, looks, first=2):
     for k in range(1, looks + 1):
         s = first + k - 1
         e = estimate(values(b[:s]), values(c[:s]))
-        out = decide.decide([GateInput("g", e, True, margin)],
-                            decide.spent_alpha(0.05, s, first, first + looks - 1))[0].outcome
+        out = decide.decide([GateInput("g", e, True, margin)], decide.spent_alpha(0.05, s, first, first + looks - 1))[
+            0
+        ].outcome
         if out is not Outcome.INCONCLUSIVE:
             return out
     return Outcome.INCONCLUSIVE
@@ -182,9 +187,15 @@ def test_sequential_stopping_keeps_both_error_rates():
 def test_three_outcomes_and_how_many_more_starts():
     def est(diff, se, n=2, var=0.0002):
         return decide.Estimate(diff, se, 2 * n - 2, Design.STARTS, n, n, var, var)
-    pass_, fail_, open_ = decide.decide([GateInput("p", est(0.0, 0.001), False, 0.05),
-                                         GateInput("f", est(0.2, 0.001), False, 0.05),
-                                         GateInput("i", est(0.03, 0.01), False, 0.05)], 0.05)
+
+    pass_, fail_, open_ = decide.decide(
+        [
+            GateInput("p", est(0.0, 0.001), False, 0.05),
+            GateInput("f", est(0.2, 0.001), False, 0.05),
+            GateInput("i", est(0.03, 0.01), False, 0.05),
+        ],
+        0.05,
+    )
     assert (pass_.outcome, fail_.outcome, open_.outcome) == (Outcome.PASS, Outcome.FAIL, Outcome.INCONCLUSIVE)
     assert open_.more_starts is not None and open_.more_starts > 0 and "more server start" in open_.detail
     # throughput: worse means lower
@@ -215,8 +226,19 @@ def synth(rng, n=64, scale=1.0, tokens=32, start=0):
     tpot = (e2el - ttft) / (tokens - 1)
     out = np.full(n, float(tokens))
     dur = float(e2el.max() / 1000 * 2) * scale
-    return RepeatData(dur, ttft, tpot, e2el, out, out + 128, np.ones(n), itl, start=start,
-                      ttft_first=ttft[: n // 2], ttft_steady=ttft[n // 2:])
+    return RepeatData(
+        dur,
+        ttft,
+        tpot,
+        e2el,
+        out,
+        out + 128,
+        np.ones(n),
+        itl,
+        start=start,
+        ttft_first=ttft[: n // 2],
+        ttft_steady=ttft[n // 2 :],
+    )
 
 
 def test_compare_arms_on_request_data_finds_a_ten_percent_slowdown():
@@ -247,9 +269,19 @@ def test_a_run_no_longer_than_one_wave_is_all_first_wave():
 
     def rec(i: int, send_ms: int, ttft_ms: int) -> RequestRecord:
         t0 = send_ms * 1_000_000
-        return RequestRecord(index=i, phase="measure", prompt_len=10, expected_output_len=2, scheduled_ns=0,
-                             send_ns=t0, chunk_ns=[t0 + ttft_ms * 1_000_000, t0 + (ttft_ms + 5) * 1_000_000],
-                             chunk_tokens=[1, 1], end_ns=t0 + (ttft_ms + 5) * 1_000_000, output_tokens=2, success=True)
+        return RequestRecord(
+            index=i,
+            phase="measure",
+            prompt_len=10,
+            expected_output_len=2,
+            scheduled_ns=0,
+            send_ns=t0,
+            chunk_ns=[t0 + ttft_ms * 1_000_000, t0 + (ttft_ms + 5) * 1_000_000],
+            chunk_tokens=[1, 1],
+            end_ns=t0 + (ttft_ms + 5) * 1_000_000,
+            output_tokens=2,
+            success=True,
+        )
 
     burst = [rec(i, 0, 100 + i) for i in range(4)]
     one_wave = repeat_data(burst, first_wave=8)

@@ -19,8 +19,7 @@ def test_a_planned_look_decides_and_unbalanced_arms_do_not(tmp_path):
     a = analyze(write_run(tmp_path / "ok", {"baseline": same, "candidate": same}, GATE))
     assert gate(a).outcome is Outcome.PASS
     # a time-budget stop after A B B: 2 + 1 starts is no look of the plan
-    a = analyze(write_run(tmp_path / "cut", {"baseline": same, "candidate": same[:2] + [(1, 10.0), (2, 10.0)]},
-                          GATE))
+    a = analyze(write_run(tmp_path / "cut", {"baseline": same, "candidate": same[:2] + [(1, 10.0), (2, 10.0)]}, GATE))
     g = gate(a)
     assert g.outcome is Outcome.INCONCLUSIVE and "unbalanced arms (2 + 3 server starts)" in g.detail
 
@@ -56,6 +55,7 @@ def test_a_required_gate_that_was_not_measured_is_inconclusive_not_pass(tmp_path
 
 def test_the_headline_names_the_gated_metrics_first_and_says_why_a_change_is_not_significant(tmp_path):
     from vse.report.markdown import headline
+
     base = [(0, 10.0), (0, 10.0), (1, 10.3), (1, 10.3)]
     cand = [(0, 10.1), (0, 10.1), (1, 10.0), (1, 10.0)]
     line = headline(analyze(write_run(tmp_path / "r", {"baseline": base, "candidate": cand}, GATE)))
@@ -68,6 +68,7 @@ def test_a_damaged_run_is_refused_with_the_file_named(tmp_path):
     import pytest
 
     from vse.errors import DamagedRunError
+
     same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
     run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE)
     (run / "candidate" / "bench-2.meta.json").unlink()  # issue 29: this run was silently left out, PASS
@@ -87,6 +88,7 @@ def test_a_damaged_run_is_refused_with_the_file_named(tmp_path):
 
 def test_report_refuses_a_damaged_run_in_one_line_exit_2(tmp_path, capsys):
     from vse import cli
+
     same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
     run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE)
     (run / "candidate" / "bench-2.meta.json").unlink()

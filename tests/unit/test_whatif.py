@@ -29,6 +29,7 @@ class Kernel:
 def test_patch_lifts_the_gate_to_8_9_and_nothing_else():
     class K(Kernel):
         pass
+
     assert K.is_supported(90)[0] is False
     plugin.patch(K)
     assert K.is_supported(90) == (True, None) and K.is_supported(89) == (True, None)
@@ -77,16 +78,24 @@ def test_the_opt_in_is_required_and_labelled(monkeypatch, tmp_path):
 
 
 def test_autotune_state_from_a_server_log():
-    log = ("(EngineCore pid=1) INFO 12-03 05:26:55 [kernel_warmup.py:227] Using FlashInfer autotune cache file: "
-           "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json\n"
-           "(EngineCore pid=1) 2026-12-03 05:26:55,916 - INFO - autotuner.py:651 - flashinfer.jit: [Autotuner]: "
-           "Autotuning process starts ...\n"
-           "(EngineCore pid=1) 2026-12-03 05:29:58,120 - INFO - autotuner.py:674 - flashinfer.jit: [Autotuner]: "
-           "Autotuning process ends\n")
+    log = (
+        "(EngineCore pid=1) INFO 12-03 05:26:55 [kernel_warmup.py:227] Using FlashInfer autotune cache file: "
+        "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json\n"
+        "(EngineCore pid=1) 2026-12-03 05:26:55,916 - INFO - autotuner.py:651 - flashinfer.jit: [Autotuner]: "
+        "Autotuning process starts ...\n"
+        "(EngineCore pid=1) 2026-12-03 05:29:58,120 - INFO - autotuner.py:674 - flashinfer.jit: [Autotuner]: "
+        "Autotuning process ends\n"
+    )
     t = whatif.autotune_state(log)
-    assert t == {"cache_file": "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json",
-                 "cache_entries_found": True, "autotune_s": 182.2}
-    assert whatif.autotune_state(log + "WARNING No FlashInfer autotune cache entries found.")["cache_entries_found"] is False
+    assert t == {
+        "cache_file": "/root/.cache/vllm/flashinfer_autotune_cache/0.6.14/90a/x.json",
+        "cache_entries_found": True,
+        "autotune_s": 182.2,
+    }
+    assert (
+        whatif.autotune_state(log + "WARNING No FlashInfer autotune cache entries found.")["cache_entries_found"]
+        is False
+    )
     assert whatif.autotune_state("nothing") is None
 
 
@@ -94,17 +103,19 @@ def test_every_report_format_labels_the_whatif_arm(tmp_path):
     import json
 
     import yaml
+
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from pack_example import unpack
 
-    run = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
+    run = unpack(ROOT / "reports" / "examples" / "cpu-smoke", tmp_path)  # any run: the smallest
     sc = yaml.safe_load((run / "scenario.yaml").read_text())
     sc["arms"]["candidate"].update(backend="flashinfer", whatif=True)
     (run / "scenario.yaml").write_text(yaml.safe_dump(sc))
     servers = json.loads((run / "candidate" / "servers.json").read_text())
     (run / "candidate" / "servers.json").write_text(json.dumps([{**s, "whatif": True} for s in servers]))
-    r = subprocess.run([sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode in (0, 1, 3), r.stderr[-2000:]
     for name in ("summary.md", "report.html", "results.json"):
         assert whatif.LABEL in (run / name).read_text(), name
@@ -114,6 +125,7 @@ def test_every_report_format_labels_the_whatif_arm(tmp_path):
 
 def test_the_time_budget_counts_flashinfer_tuning_only_where_it_will_tune():
     from vse.server.whatif import AUTOTUNE_ALLOWANCE_S, start_estimate
+
     fi, cutlass = load_scenario(H200, backend="flashinfer").arms.candidate, load_scenario(H200).arms.baseline
     assert start_estimate(fi, 0, None, 150.0) == 150.0 + AUTOTUNE_ALLOWANCE_S  # vLLM decides: its cache may be cold
     assert start_estimate(fi, 1, None, 150.0) == 150.0  # cached by then
@@ -130,22 +142,23 @@ def test_whatif_arms_run_default_tactics_unless_tuning_is_asked_for(tmp_path):
     args = ServerConfig("candidate", "m", "m", w.server, w.arms.candidate).args()
     assert "--no-enable-flashinfer-autotune" in args
     assert not any("autotune" in a for a in ServerConfig("baseline", "m", "m", w.server, w.arms.baseline).args())
-    t = load_scenario(H200, backend="flashinfer",
-                      overrides=["arms.candidate.whatif=true", "arms.candidate.flashinfer_autotune=true"])
+    t = load_scenario(
+        H200, backend="flashinfer", overrides=["arms.candidate.whatif=true", "arms.candidate.flashinfer_autotune=true"]
+    )
     cfg = ServerConfig("candidate", "m", "m", t.server, t.arms.candidate, autotune_cache=str(tmp_path / "c"))
     assert "--enable-flashinfer-autotune" in cfg.args()
     assert cfg.env()["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] == str(tmp_path / "c")
     # vLLM's own default (and its shared cache) on a supported FlashInfer arm
     plain = load_scenario(H200, backend="flashinfer").arms.candidate
-    assert plain.autotune is None and not any("autotune" in a for a in
-                                             ServerConfig("candidate", "m", "m", t.server, plain).args())
+    assert plain.autotune is None and not any(
+        "autotune" in a for a in ServerConfig("candidate", "m", "m", t.server, plain).args()
+    )
     with pytest.raises(ScenarioError, match="flashinfer_autotune is only for backend flashinfer"):
         load_scenario(H200, backend="torch", overrides=["arms.candidate.flashinfer_autotune=false"])
-    assert whatif.autotune_state("INFO [kernel_warmup.py:119] Skipping FlashInfer autotune because it is disabled.") \
-        == {"disabled": True}
+    assert whatif.autotune_state(
+        "INFO [kernel_warmup.py:119] Skipping FlashInfer autotune because it is disabled."
+    ) == {"disabled": True}
     # the report's note follows what the servers ran with, else (none started yet) the scenario
     assert whatif.tactics_mode([{"argv": ["serve", "--no-enable-flashinfer-autotune"]}], plain) is False
     assert whatif.tactics_mode([{"argv": ["serve"]}], w.arms.candidate) is None  # recorded before the flag existed
     assert whatif.tactics_mode([], w.arms.candidate) is False and whatif.tactics_mode([], t.arms.candidate) is True
-
-

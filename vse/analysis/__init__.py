@@ -15,6 +15,20 @@ from vse.analysis.verdict import (
     find_disturbed,
 )
 
-__all__ = ["ARMS", "ArmAnalysis", "first_wave", "load_arm", "load_scenario_from_run", "_machine_notes", "Analysis",
-           "analyze", "fmt_pct", "EXIT_GATE_FAILED", "EXIT_INCONCLUSIVE", "EXIT_OK", "EXIT_RUN_FAILED",
-           "EXIT_UNSUPPORTED", "find_disturbed"]
+__all__ = [
+    "ARMS",
+    "ArmAnalysis",
+    "first_wave",
+    "load_arm",
+    "load_scenario_from_run",
+    "_machine_notes",
+    "Analysis",
+    "analyze",
+    "fmt_pct",
+    "EXIT_GATE_FAILED",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_OK",
+    "EXIT_RUN_FAILED",
+    "EXIT_UNSUPPORTED",
+    "find_disturbed",
+]

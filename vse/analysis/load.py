@@ -1,7 +1,6 @@
 """Loading a run directory into per-arm data: servers, runs, per-request arrays, telemetry,
 accuracy and agreement records. Reads raw data only."""
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ import yaml
 from vse.checks import accuracy, agreement
 from vse.checks.agreement import Completion
 from vse.rundir.files import read_json
+from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats, repeat_metrics
 from vse.scenario import Scenario
 from vse.stats import estimate as stats
@@ -61,16 +61,19 @@ def _good_fn(s: Scenario):
     g = s.workload.goodput
     if g is None:
         return None
-    return lambda r: all(slo is None or v * 1000 <= slo for slo, v in
-                         ((g.ttft_ms, r.ttft_s), (g.tpot_ms, r.tpot_s or 0.0), (g.e2el_ms, r.e2el_s)))
+    return lambda r: all(
+        slo is None or v * 1000 <= slo
+        for slo, v in ((g.ttft_ms, r.ttft_s), (g.tpot_ms, r.tpot_s or 0.0), (g.e2el_ms, r.e2el_s))
+    )
 
 
 def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
-    d = run_dir / name
+    arm = RunDir(run_dir).arm(name)
+    d = arm.path
     if not d.is_dir():
         return None
     spec = getattr(s.arms, name)
-    servers = read_json(d / "servers.json") if (d / "servers.json").is_file() else []
+    servers = read_json(arm.servers) if arm.servers.is_file() else []
     reps = load_repeats(d, complete=_complete(run_dir))
     ran = {r.meta.get("server") for r in reps}
     for sv in servers:  # a start that ran no workload made up checks an interrupted call lost (RESUME)
@@ -82,21 +85,34 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     block = metrics.vllm_block(per[0], pct, s.workload.goodput is not None) if per else ""
     tele, series = zip(*[_gpu(d, r.meta, i) for i, r in enumerate(reps)]) if reps else ((), ())
     acc = accuracy.load(d)
-    status_file = d / "accuracy" / "status.json"
+    status_file = arm.accuracy_status
     acc_status = read_json(status_file)["status"] if status_file.is_file() else ("done" if acc else "not run")
     return ArmAnalysis(
-        name=name, label=spec.label, backend=spec.backend.value, servers=servers,
-        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per], repeats_detailed=per,
-        repeat_data=[stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
-                     for r, st, t in zip(reps, starts, tele)], block=block,
-        accuracy=acc, accuracy_status=acc_status, agreement=agreement.load(d / "agreement.jsonl"),
-        agreement_self=agreement.load(d / "agreement-self.jsonl"),
-        raw=reps, server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
-        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps], telemetry=list(tele), gpu_series=list(series))
+        name=name,
+        label=spec.label,
+        backend=spec.backend.value,
+        servers=servers,
+        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
+        repeats_detailed=per,
+        repeat_data=[
+            stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
+            for r, st, t in zip(reps, starts, tele)
+        ],
+        block=block,
+        accuracy=acc,
+        accuracy_status=acc_status,
+        agreement=agreement.load(arm.agreement),
+        agreement_self=agreement.load(arm.agreement_self),
+        raw=reps,
+        server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
+        loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps],
+        telemetry=list(tele),
+        gpu_series=list(series),
+    )
 
 
 def _complete(run_dir: Path) -> bool:
-    path = run_dir / "run.json"
+    path = RunDir(run_dir).run_json
     return path.is_file() and read_json(path).get("status") == "complete"
 
 
@@ -109,7 +125,7 @@ def first_wave(s: Scenario) -> int | None:
 def _gpu(arm_dir: Path, meta: dict[str, Any], i: int) -> tuple[Telemetry, dict]:
     """A run's telemetry summary and plotted series, from its raw NVML samples (read once) when the
     run kept them (reports are rebuilt from raw data), else the summary the run recorded."""
-    path = arm_dir / f"bench-{meta.get('repeat', i)}.gpu.jsonl"
+    path = ArmDir(arm_dir).gpu_samples(meta.get("repeat", i))
     if not path.is_file():
         return Telemetry.from_json(meta.get("gpu_telemetry")), {}
     lines = gpu_telemetry.read_samples(path)
@@ -125,7 +141,7 @@ def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
 
 
 def load_scenario_from_run(run_dir: Path) -> Scenario:
-    data = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    data = yaml.safe_load(RunDir(run_dir).scenario.read_text())
     gates_ = data.setdefault("gates", {})
     if "agreement_mode" not in gates_:  # made before agreement was a gate: it was reported only
         gates_["agreement_mode"] = "report"
@@ -136,5 +152,3 @@ def load_scenario_from_run(run_dir: Path) -> Scenario:
         run["server_starts"] = w.get("repeats", 3) if interleaved else 1
         w["repeats"] = 1 if interleaved else w.get("repeats", 3)
     return Scenario.model_validate(data)
-
-

@@ -1,7 +1,6 @@
 """The English notes a report carries about a run: what kind of arm each is (what-if, calibration),
 run-level TTFT in two groups, starts on several machines, a noise run with another workload."""
 
-
 from __future__ import annotations
 
 import numpy as np
@@ -29,14 +28,19 @@ def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
         for m in defs:
             modes = stats.two_modes([stats.point_value(r, m) for r in data])
             if modes.bimodal:
-                out.append(f"{name}: run-level {m.label} falls into two groups ({len(modes.low)} runs near "
-                           f"{np.mean(modes.low):,.0f} ms, {len(modes.high)} near {np.mean(modes.high):,.0f} ms; the "
-                           f"split explains {modes.r2:.0%} of the variance)" + (
-                               ": that can be a real difference between the arms or the workload's run-to-run "
-                               "bimodality" if name == "both arms together" else "")
-                           + ". Median and mean TTFT verdicts then depend on how many runs land in each group; "
-                           "first-wave TTFT (an idle server taking a full burst) is the stable measure of prefill "
-                           "speed, TTFT after the first wave the one that moves with the groups.")
+                out.append(
+                    f"{name}: run-level {m.label} falls into two groups ({len(modes.low)} runs near "
+                    f"{np.mean(modes.low):,.0f} ms, {len(modes.high)} near {np.mean(modes.high):,.0f} ms; the "
+                    f"split explains {modes.r2:.0%} of the variance)"
+                    + (
+                        ": that can be a real difference between the arms or the workload's run-to-run bimodality"
+                        if name == "both arms together"
+                        else ""
+                    )
+                    + ". Median and mean TTFT verdicts then depend on how many runs land in each group; "
+                    "first-wave TTFT (an idle server taking a full burst) is the stable measure of prefill "
+                    "speed, TTFT after the first wave the one that moves with the groups."
+                )
                 break
     return out
 
@@ -45,15 +49,22 @@ def _machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     """A run resumed on another machine: its machine-to-machine offset is inside the arm difference
     wherever an arm's starts all ran on one machine and the other arm's on another. A start that made
     up lost checks ran no workload: named, but it moves no speed figure."""
-    def starts(servers: list[dict]) -> str:  # measured starts numbered on their own: a resume's make-up start comes first
+
+    def starts(
+        servers: list[dict],
+    ) -> str:  # measured starts numbered on their own: a resume's make-up start comes first
         measured = iter(range(1, len(servers) + 1))
-        return ", ".join((f"start {next(measured)}" if sv.get("measured", True) else "checks only")
-                         + f" on {sv.get('machine') or 'unrecorded'}" for sv in servers)
+        return ", ".join(
+            (f"start {next(measured)}" if sv.get("measured", True) else "checks only")
+            + f" on {sv.get('machine') or 'unrecorded'}"
+            for sv in servers
+        )
+
     machines = {sv["machine"] for a in arms.values() for sv in a.servers if sv.get("machine")}
     if len(machines) < 2:
         return []
     per_arm = "; ".join(f"{n}: {starts(a.servers)}" for n, a in arms.items())
-    return [f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
-            f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."]
-
-
+    return [
+        f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
+        f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."
+    ]

@@ -17,6 +17,7 @@ from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources as models
 from vse.rundir.files import read_json
+from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
 from vse.server import planted, whatif
 from vse.stats import decide, gates, metrics
@@ -57,34 +58,48 @@ class Analysis:
 def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None) -> Analysis:
     run_dir = Path(run_dir)
     s = load_scenario_from_run(run_dir)
-    run = read_json(run_dir / "run.json")
-    env = read_json(run_dir / "environment.json") if (run_dir / "environment.json").is_file() else {}
+    layout = RunDir(run_dir)
+    run = read_json(layout.run_json)
+    env = read_json(layout.environment) if layout.environment.is_file() else {}
     arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
     notes: list[str] = []
     g = s.gates
     excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
     look = look_of(s, arms)
-    gate_alpha = decide.spent_alpha(g.significance, s.run.server_starts + look - 1, s.run.server_starts,
-                                    s.run.max_server_starts)
+    gate_alpha = decide.spent_alpha(
+        g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
+    )
     comparison: list[stats.MetricComparison] = []
     if all(n in arms and arms[n].repeat_data for n in ARMS):
-        comparison = stats.compare_arms(arms["baseline"].repeat_data, arms["candidate"].repeat_data,
-                                        s.workload.percentiles, goodput=s.workload.goodput is not None,
-                                        alpha=g.significance, excluded=excluded)
+        comparison = stats.compare_arms(
+            arms["baseline"].repeat_data,
+            arms["candidate"].repeat_data,
+            s.workload.percentiles,
+            goodput=s.workload.goodput is not None,
+            alpha=g.significance,
+            excluded=excluded,
+        )
     else:
         notes.append("the comparison needs benchmark data from both arms")
     if comparison and comparison[0].design is stats.Design.QUICK_LOOK:
-        notes.append("one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
-                     "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE).")
+        notes.append(
+            "one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
+            "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE)."
+        )
     for n in ARMS:
         if getattr(s.arms, n).whatif:  # first, in every report format
-            notes.insert(0, f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
-                            f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
-                            + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [],
-                                                                      getattr(s.arms, n))])
+            notes.insert(
+                0,
+                f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
+                f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
+                + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [], getattr(s.arms, n))],
+            )
         if getattr(s.arms, n).planted_slowdown is not None:  # never mistaken for a real candidate
-            notes.insert(0, f"{n} ({getattr(s.arms, n).label}) is a **{planted.LABEL}**: "
-                            f"{planted.describe(getattr(s.arms, n))}, added by the suite's vLLM plugin.")
+            notes.insert(
+                0,
+                f"{n} ({getattr(s.arms, n).label}) is a **{planted.LABEL}**: "
+                f"{planted.describe(getattr(s.arms, n))}, added by the suite's vLLM plugin.",
+            )
     notes += _ttft_notes(arms) + _machine_notes(arms)
     agree = self_agree = None
     if all(n in arms and arms[n].agreement for n in ARMS):
@@ -94,18 +109,27 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     for a in arms.values():
         cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
         if cpt and min(cpt) < 0.9:
-            notes.append(f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
-                         "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
-                         "a token that decodes to no new text, common with random weights, and merges a stream's "
-                         "pending tokens into one chunk when its API server falls behind at high token rates.)")
+            notes.append(
+                f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
+                "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
+                "a token that decodes to no new text, common with random weights, and merges a stream's "
+                "pending tokens into one chunk when its API server falls behind at high token rates.)"
+            )
     results: list[GateResult] = []
     for n, a in arms.items():
         if a.repeat_data:
             total = sum(d.n + d.failed for d in a.repeat_data)
-            errors = [r.error for rep in a.raw for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
-                      if not r.success]
-            results.append(gates.failed_requests(n, sum(d.failed for d in a.repeat_data), total,
-                                                 g.max_failed_fraction, gates.error_kinds(errors)))
+            errors = [
+                r.error
+                for rep in a.raw
+                for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
+                if not r.success
+            ]
+            results.append(
+                gates.failed_requests(
+                    n, sum(d.failed for d in a.repeat_data), total, g.max_failed_fraction, gates.error_kinds(errors)
+                )
+            )
     results += _accuracy_gates(s, run, arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
     if s.agreement.enabled:
@@ -114,23 +138,36 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
             results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
     gate_rows = comparison
     if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
-        gate_rows = stats.compare_arms(arms["baseline"].repeat_data, arms["candidate"].repeat_data,
-                                       s.workload.percentiles, goodput=s.workload.goodput is not None,
-                                       alpha=g.significance)
-        notes.append("gated metrics are decided on every run, disturbed ones included; the exploratory table "
-                     "leaves them out of their start's mean")
+        gate_rows = stats.compare_arms(
+            arms["baseline"].repeat_data,
+            arms["candidate"].repeat_data,
+            s.workload.percentiles,
+            goodput=s.workload.goodput is not None,
+            alpha=g.significance,
+        )
+        notes.append(
+            "gated metrics are decided on every run, disturbed ones included; the exploratory table "
+            "leaves them out of their start's mean"
+        )
     plan = (s.run.server_starts, s.run.max_server_starts)
-    results += gates.performance(gate_rows, g, gate_alpha, undecidable=unplanned_look(s, arms),
-                                 alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
-                                 max_starts=s.run.max_server_starts or s.run.server_starts)
+    results += gates.performance(
+        gate_rows,
+        g,
+        gate_alpha,
+        undecidable=unplanned_look(s, arms),
+        alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
+        max_starts=s.run.max_server_starts or s.run.server_starts,
+    )
     results += required(s, results)
     noise = None
     if noise_run is not None:
         na = analyze(noise_run)
         noise = na.comparison
         if differ := _workload_differences(s, na.scenario):
-            notes.append(f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
-                         "are not this run's noise floor, only an indication")
+            notes.append(
+                f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
+                "are not this run's noise floor, only an indication"
+            )
     status = run.get("status")
     if status != "complete":
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
@@ -138,12 +175,37 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
     own = run_dir / "gemm" / "gemm.json"
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
-    points = [(label, analyze(d, gemm_file=gemm_path)) for label, d in sweep.point_dirs(run_dir, s)
-              if (d / "run.json").is_file()]
+    points = [
+        (label, analyze(d, gemm_file=gemm_path))
+        for label, d in sweep.point_dirs(run_dir, s)
+        if RunDir(d).run_json.is_file()
+    ]
+    if points:  # the sweep's verdict is its worst point: FAIL is Holm-corrected across all of them
+        family = gates.across_points([results] + [p.gates for _, p in points], gate_alpha)
+        results = family[0]
+        for (_, p), decided in zip(points, family[1:]):
+            p.gates, p.exit_code = decided, exit_code_for(p.run.get("status"), decided)
     code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
-    out = Analysis(run_dir, run, s, env, arms, comparison, agree, results, code, notes, noise,
-                   agreement_self=self_agree, fidelity=fid, disturbed=disturbed, look=look, looks=s.run.looks,
-                   gate_alpha=gate_alpha, sweep=points)
+    out = Analysis(
+        run_dir,
+        run,
+        s,
+        env,
+        arms,
+        comparison,
+        agree,
+        results,
+        code,
+        notes,
+        noise,
+        agreement_self=self_agree,
+        fidelity=fid,
+        disturbed=disturbed,
+        look=look,
+        looks=s.run.looks,
+        gate_alpha=gate_alpha,
+        sweep=points,
+    )
     if gemm_path is not None:
         out.gemm = read_json(gemm_path)
         out.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
@@ -163,8 +225,15 @@ def _predict(a: Analysis, gemm_file: Path | None) -> None:
         return
     wave = first_wave(s)
     a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
-        models.model_config(s.model), s.server.tensor_parallel_size, a.gemm, [r.records for r in base.raw],
-        base.backend, a.arms["candidate"].backend, wave, gemm_predict.server_steps(base.server_deltas))
+        models.model_config(s.model),
+        s.server.tensor_parallel_size,
+        a.gemm,
+        [r.records for r in base.raw],
+        base.backend,
+        a.arms["candidate"].backend,
+        wave,
+        gemm_predict.server_steps(base.server_deltas),
+    )
 
 
 def fmt_pct(x: float) -> str:

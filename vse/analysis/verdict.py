@@ -1,7 +1,6 @@
 """From per-arm data to decisions: disturbed runs, which planned look this is, the accuracy
 gates and the exit code. Pure functions of loaded data."""
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -16,7 +15,12 @@ from vse.stats import gates
 from vse.stats.gates import GateResult, Outcome
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED = (
-    ExitCode.OK, ExitCode.GATE_FAILED, ExitCode.RUN_FAILED, ExitCode.INCONCLUSIVE, ExitCode.UNSUPPORTED)
+    ExitCode.OK,
+    ExitCode.GATE_FAILED,
+    ExitCode.RUN_FAILED,
+    ExitCode.INCONCLUSIVE,
+    ExitCode.UNSUPPORTED,
+)
 
 
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
@@ -60,8 +64,10 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
     for name, arm in arms.items():  # the client itself stalled: its timestamps are late, not the server
         for i, lag in enumerate(arm.loop_lag_ms):
             if (worst := lag.get("max", 0.0)) >= CLIENT_STALL_MS:
-                flags[name].setdefault(i, []).append(f"disturbed by the client: its event loop stalled {worst:,.0f} ms "
-                                                     f"(p99 {lag.get('p99', 0.0):,.1f} ms)")
+                flags[name].setdefault(i, []).append(
+                    f"disturbed by the client: its event loop stalled {worst:,.0f} ms "
+                    f"(p99 {lag.get('p99', 0.0):,.1f} ms)"
+                )
     for name, arm in arms.items():
         flagged = flags[name]
         keep = set(range(len(arm.repeat_data))) - set(flagged)
@@ -71,17 +77,31 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
             if siblings:
                 excluded.setdefault(name, set()).add(i)
             dlt = arm.server_deltas[i] or {}
-            listed.append({"arm": name, "run": i + 1, "server_start": start, "why": "; ".join(why),
-                           "action": "excluded from its start's mean" if siblings else "carried (only run of its start)",
-                           "server_mean_ttft_ms": dlt.get("server_mean_ttft_ms"),
-                           "server_requests": dlt.get("vllm:request_success_total")})
+            listed.append(
+                {
+                    "arm": name,
+                    "run": i + 1,
+                    "server_start": start,
+                    "why": "; ".join(why),
+                    "action": "excluded from its start's mean" if siblings else "carried (only run of its start)",
+                    "server_mean_ttft_ms": dlt.get("server_mean_ttft_ms"),
+                    "server_requests": dlt.get("vllm:request_success_total"),
+                }
+            )
         for i, t in enumerate(arm.telemetry):
             if t.slowdowns:  # listed, not excluded: heat is not the kernel's doing, but hiding it is worse
                 share = max(t.share(r) for r in t.slowdowns)
-                listed.append({"arm": name, "run": i + 1, "server_start": arm.repeat_data[i].start,
-                               "why": f"GPU slowdown ({', '.join(t.slowdowns)}) in up to {share:.0%} of busy samples",
-                               "action": "carried (GPU slowdown flagged)", "server_mean_ttft_ms": None,
-                               "server_requests": None})
+                listed.append(
+                    {
+                        "arm": name,
+                        "run": i + 1,
+                        "server_start": arm.repeat_data[i].start,
+                        "why": f"GPU slowdown ({', '.join(t.slowdowns)}) in up to {share:.0%} of busy samples",
+                        "action": "carried (GPU slowdown flagged)",
+                        "server_mean_ttft_ms": None,
+                        "server_requests": None,
+                    }
+                )
     return excluded, listed
 
 
@@ -96,15 +116,21 @@ def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysi
     if not s.accuracy.enabled:
         return []
     if _random_weights(run, s):
-        return [GateResult("accuracy", Outcome.NOT_APPLICABLE,
-                           f"model weights are random ({s.model.random_weights_kind}): accuracy was not measured")]
+        return [
+            GateResult(
+                "accuracy",
+                Outcome.NOT_APPLICABLE,
+                f"model weights are random ({s.model.random_weights_kind}): accuracy was not measured",
+            )
+        ]
     results: list[GateResult] = []
     accs = {n: arms[n].accuracy if n in arms else None for n in ARMS}
     for n in ARMS:
         a = accs[n]
         if a is None:
-            results.append(GateResult(f"{n} accuracy", Outcome.FAIL,
-                                      arms[n].accuracy_status if n in arms else "arm did not run"))
+            results.append(
+                GateResult(f"{n} accuracy", Outcome.FAIL, arms[n].accuracy_status if n in arms else "arm did not run")
+            )
             continue
         results += gates.sample_counts(n, a, s.accuracy)
         results += gates.accuracy_reference(n, a, s.accuracy, g.accuracy_reference_rtol, g.significance)
@@ -125,8 +151,6 @@ def exit_code_for(status: str | None, results: list[GateResult]) -> int:
 
 def _random_weights(run: dict[str, Any], s: Scenario) -> bool:
     return bool(run.get("weights_random", s.model.weights_are_random))
-
-
 
 
 def unplanned_look(s: Scenario, arms: dict[str, ArmAnalysis]) -> str | None:
@@ -154,9 +178,19 @@ def required(s: Scenario, results: list[GateResult]) -> list[GateResult]:
     for fam in s.gates.require:
         mine = [r for r in results if _family(r.name) == fam]
         if not mine:
-            out.append(GateResult(f"{fam} (required)", Outcome.INCONCLUSIVE,
-                                  f"gates.require names {fam}, and this run decided no {fam} gate"))
+            out.append(
+                GateResult(
+                    f"{fam} (required)",
+                    Outcome.INCONCLUSIVE,
+                    f"gates.require names {fam}, and this run decided no {fam} gate",
+                )
+            )
         elif all(r.outcome == Outcome.NOT_APPLICABLE for r in mine):
-            out.append(GateResult(f"{fam} (required)", Outcome.INCONCLUSIVE,
-                                  f"gates.require names {fam}, and it was not applicable here: {mine[0].detail}"))
+            out.append(
+                GateResult(
+                    f"{fam} (required)",
+                    Outcome.INCONCLUSIVE,
+                    f"gates.require names {fam}, and it was not applicable here: {mine[0].detail}",
+                )
+            )
     return out

@@ -22,6 +22,7 @@ from typing import Any
 from vse.checks import small_tasks
 from vse.errors import SuiteError
 from vse.rundir.files import read_json, write_json
+from vse.rundir.layout import ACCURACY_RESULT, ArmDir
 from vse.scenario import AccuracySpec
 
 
@@ -71,7 +72,8 @@ def offline_task_dir(spec: AccuracySpec, dest: Path) -> Path | None:
             raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task} to read from {data}")
         (dest / f"{task}_offline.yaml").write_text(
             f"include: {base}\ntask: {task}\ndataset_path: json\ndataset_name: null\n"
-            f"dataset_kwargs:\n  data_files:\n    train: {data / 'train.jsonl'}\n    test: {data / 'test.jsonl'}\n")
+            f"dataset_kwargs:\n  data_files:\n    train: {data / 'train.jsonl'}\n    test: {data / 'test.jsonl'}\n"
+        )
     return dest
 
 
@@ -104,17 +106,35 @@ def subset(spec: AccuracySpec) -> tuple[dict[str, list[int]] | None, str]:
 
 def lm_eval_argv(spec: AccuracySpec, base_url: str, model: str, out: Path, include: Path | None) -> list[str]:
     model_args = {
-        "base_url": base_url.rstrip("/") + "/v1/completions", "model": model,
-        "num_concurrent": spec.num_concurrent, "max_retries": spec.max_retries, "timeout": int(spec.timeout_s),
+        "base_url": base_url.rstrip("/") + "/v1/completions",
+        "model": model,
+        "num_concurrent": spec.num_concurrent,
+        "max_retries": spec.max_retries,
+        "timeout": int(spec.timeout_s),
         # Generate-only tasks need no tokenizer client-side; the server applies its own.
-        "tokenized_requests": False, "tokenizer_backend": "none",
+        "tokenized_requests": False,
+        "tokenizer_backend": "none",
     }
-    argv = [sys.executable, "-m", "lm_eval", "--model", "local-completions",
-            "--model_args", ",".join(f"{k}={v}" for k, v in model_args.items()),
-            "--tasks", ",".join(spec.tasks), "--num_fewshot", str(spec.num_fewshot),
-            "--gen_kwargs", ",".join(f"{k}={v}" for k, v in {"max_gen_toks": spec.max_gen_toks,
-                                                               **spec.gen_kwargs}.items()),
-            "--output_path", str(out), "--log_samples", "--seed", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "local-completions",
+        "--model_args",
+        ",".join(f"{k}={v}" for k, v in model_args.items()),
+        "--tasks",
+        ",".join(spec.tasks),
+        "--num_fewshot",
+        str(spec.num_fewshot),
+        "--gen_kwargs",
+        ",".join(f"{k}={v}" for k, v in {"max_gen_toks": spec.max_gen_toks, **spec.gen_kwargs}.items()),
+        "--output_path",
+        str(out),
+        "--log_samples",
+        "--seed",
+        "0",
+    ]
     picks, _ = subset(spec)
     if picks:
         argv += ["--samples", json.dumps(picks, separators=(",", ":"))]
@@ -133,8 +153,15 @@ def _err_line(log: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s: float | None = None,
-        api_key: str | None = None) -> AccuracyResult:
+def run(
+    spec: AccuracySpec,
+    base_url: str,
+    model: str,
+    out: Path,
+    *,
+    deadline_s: float | None = None,
+    api_key: str | None = None,
+) -> AccuracyResult:
     """Run lm-eval against a live server; results land in `out` whether it succeeds or not."""
     out.mkdir(parents=True, exist_ok=True)
     include = offline_task_dir(spec, out / "tasks")
@@ -160,8 +187,9 @@ def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s:
             proc.wait()
             raise
     if proc.returncode != 0:
-        raise AccuracyError(f"lm-eval failed (exit {proc.returncode}): {_err_line(log_path.read_text())} "
-                            f"(log: {log_path})")
+        raise AccuracyError(
+            f"lm-eval failed (exit {proc.returncode}): {_err_line(log_path.read_text())} (log: {log_path})"
+        )
     found = sorted((out / "lm_eval").rglob("results_*.json"))
     if not found:
         raise AccuracyError(f"lm-eval wrote no results JSON (log: {log_path})")
@@ -169,13 +197,14 @@ def run(spec: AccuracySpec, base_url: str, model: str, out: Path, *, deadline_s:
     result.per_question = per_question(found[-1].parent)
     result.subset = subset(spec)[1]
     result.raw_path = str(found[-1].relative_to(out.parent) if out.parent in found[-1].parents else found[-1])
-    write_json(out / "accuracy.json", result.__dict__)
+    write_json(out / ACCURACY_RESULT, result.__dict__)
     return result
 
 
 def parse_results(raw: dict[str, Any]) -> AccuracyResult:
-    r = AccuracyResult(versions=raw.get("versions", {}), num_fewshot=raw.get("n-shot", {}),
-                       samples=raw.get("n-samples", {}))
+    r = AccuracyResult(
+        versions=raw.get("versions", {}), num_fewshot=raw.get("n-shot", {}), samples=raw.get("n-samples", {})
+    )
     for task, vals in raw.get("results", {}).items():
         for key, v in vals.items():
             if not isinstance(v, (int, float)) or key in ("sample_len",) or "," not in key:
@@ -203,7 +232,9 @@ def per_question(results_dir: Path) -> dict[str, dict[str, int]]:
                 for metric in row.get("metrics", []):
                     v = row.get(metric)
                     if isinstance(v, (int, float)):
-                        out.setdefault(f"{task}/{metric},{row.get('filter', 'none')}", {})[str(row["doc_id"])] = int(v > 0)
+                        out.setdefault(f"{task}/{metric},{row.get('filter', 'none')}", {})[str(row["doc_id"])] = int(
+                            v > 0
+                        )
     return out
 
 
@@ -211,11 +242,12 @@ def make_table(raw: dict[str, Any]) -> str:
     """lm-eval's own markdown table, the one pasted in vLLM PRs."""
     try:
         from lm_eval.utils import make_table as lm_make_table
+
         return lm_make_table(raw)
     except Exception:  # a JSON from another lm-eval version: still show the numbers
         return "\n".join(f"{t}: {v}" for t, v in raw.get("results", {}).items())
 
 
 def load(arm_dir: Path) -> AccuracyResult | None:
-    p = arm_dir / "accuracy" / "accuracy.json"
+    p = ArmDir(arm_dir).accuracy_result
     return AccuracyResult(**read_json(p)) if p.is_file() else None

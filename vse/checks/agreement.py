@@ -16,13 +16,26 @@ from vse.scenario import AgreementSpec
 
 # Built-in prompts: short, varied, and with a clear greedy continuation for real models.
 BUILTIN_PROMPTS = [
-    "The capital of France is", "Water boils at a temperature of", "The largest planet in our solar system is",
-    "def fibonacci(n):\n", "Once upon a time, in a small village,", "The chemical symbol for gold is",
-    "1, 2, 3, 4, 5,", "To make a cup of tea, first", "The theory of relativity was developed by",
-    "SELECT name FROM users WHERE", "The three primary colors are", "In machine learning, a neural network is",
-    "The quick brown fox", "Photosynthesis is the process by which", "The first president of the United States was",
-    "import numpy as np\nx = np.", "A haiku about the sea:\n", "The speed of light is approximately",
-    "Translate to French: Good morning ->", "The square root of 144 is",
+    "The capital of France is",
+    "Water boils at a temperature of",
+    "The largest planet in our solar system is",
+    "def fibonacci(n):\n",
+    "Once upon a time, in a small village,",
+    "The chemical symbol for gold is",
+    "1, 2, 3, 4, 5,",
+    "To make a cup of tea, first",
+    "The theory of relativity was developed by",
+    "SELECT name FROM users WHERE",
+    "The three primary colors are",
+    "In machine learning, a neural network is",
+    "The quick brown fox",
+    "Photosynthesis is the process by which",
+    "The first president of the United States was",
+    "import numpy as np\nx = np.",
+    "A haiku about the sea:\n",
+    "The speed of light is approximately",
+    "Translate to French: Good morning ->",
+    "The square root of 144 is",
 ]
 
 
@@ -86,16 +99,25 @@ def compare(base: list[Completion], cand: list[Completion]) -> dict[str, Any]:
             exact += 1
         else:
             first_div.append(div)
-        diffs += [abs(b.logprobs[i] - c.logprobs[i]) for i in range(div)
-                  if np.isfinite(b.logprobs[i]) and np.isfinite(c.logprobs[i])]
+        diffs += [
+            abs(b.logprobs[i] - c.logprobs[i])
+            for i in range(div)
+            if np.isfinite(b.logprobs[i]) and np.isfinite(c.logprobs[i])
+        ]
     d = np.asarray(diffs or [0.0])
-    return {"degenerate": degenerate(base + cand),
-        "prompts": len(pairs), "errors": len(base) - len(pairs),
+    return {
+        "degenerate": degenerate(base + cand),
+        "prompts": len(pairs),
+        "errors": len(base) - len(pairs),
         "exact_match_rate": exact / len(pairs),
         "diverged": len(first_div),
         "mean_first_divergence": float(np.mean(first_div)) if first_div else None,
         "min_first_divergence": int(min(first_div)) if first_div else None,
         "tokens_compared": len(diffs),
-        "abs_logprob_diff": {"mean": float(d.mean()), "median": float(np.median(d)),
-                             "p99": float(np.percentile(d, 99)), "max": float(d.max())},
+        "abs_logprob_diff": {
+            "mean": float(d.mean()),
+            "median": float(np.median(d)),
+            "p99": float(np.percentile(d, 99)),
+            "max": float(d.max()),
+        },
     }

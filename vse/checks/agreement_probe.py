@@ -36,10 +36,17 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict, headers: d
         return {}, f"{type(e).__name__}: {e}"[:300]
 
 
-async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str, spec: AgreementSpec,
-               headers: dict[str, str]) -> Completion:
-    body = {"model": model, "prompt": prompt, "max_tokens": spec.max_tokens, "temperature": 0.0,
-            "logprobs": max(spec.top_logprobs, 1), "seed": 0}
+async def _one(
+    session: aiohttp.ClientSession, url: str, model: str, prompt: str, spec: AgreementSpec, headers: dict[str, str]
+) -> Completion:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": spec.max_tokens,
+        "temperature": 0.0,
+        "logprobs": max(spec.top_logprobs, 1),
+        "seed": 0,
+    }
     data, err = await _post(session, url, body, headers)
     c = Completion(prompt, error=err)
     if err:
@@ -53,27 +60,32 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str
     return c
 
 
-async def _collect(base_url: str, model: str, spec: AgreementSpec, concurrency: int,
-                   api_key: str | None) -> list[Completion]:
+async def _collect(
+    base_url: str, model: str, spec: AgreementSpec, concurrency: int, api_key: str | None
+) -> list[Completion]:
     url, headers = _endpoint(base_url, api_key)
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+
         async def guarded(p: str) -> Completion:
             async with sem:
                 return await _one(session, url, model, p, spec, headers)
+
         return list(await asyncio.gather(*(guarded(p) for p in prompts_for(spec))))
 
 
-def collect(base_url: str, model: str, spec: AgreementSpec, out: Path, concurrency: int = 8,
-            api_key: str | None = None) -> list[Completion]:
+def collect(
+    base_url: str, model: str, spec: AgreementSpec, out: Path, concurrency: int = 8, api_key: str | None = None
+) -> list[Completion]:
     """Greedy completions with logprobs from one arm; written to out (agreement.jsonl)."""
     comps = asyncio.run(_collect(base_url, model, spec, concurrency, api_key))
     _write(out, comps)
     return comps
 
 
-async def _score_one(session: aiohttp.ClientSession, url: str, model: str, text: str, top_k: int,
-                     headers: dict[str, str]) -> Scored:
+async def _score_one(
+    session: aiohttp.ClientSession, url: str, model: str, text: str, top_k: int, headers: dict[str, str]
+) -> Scored:
     # echo + logprobs + max_tokens 1: the prompt's own logprobs, as lm-eval's loglikelihood asks vLLM
     # for them; the one generated token is dropped.
     body = {"model": model, "prompt": text, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": top_k}
@@ -95,7 +107,9 @@ async def _score(base_url: str, model: str, texts: list[str], top_k: int, api_ke
         return [await _score_one(session, url, model, t, top_k, headers) for t in texts]
 
 
-def score(base_url: str, model: str, texts: list[str], top_k: int, out: Path, api_key: str | None = None) -> list[Scored]:
+def score(
+    base_url: str, model: str, texts: list[str], top_k: int, out: Path, api_key: str | None = None
+) -> list[Scored]:
     """Teacher-forced top-k logprobs of fixed texts from one server; written to out (scores.jsonl)."""
     scored = asyncio.run(_score(base_url, model, texts, max(top_k, 1), api_key))
     _write(out, scored)

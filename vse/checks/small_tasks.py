@@ -70,7 +70,7 @@ def write_task(name: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     data = rows(task)
     paths = {}
-    for split, part in (("train", data[: task.n_train]), ("test", data[task.n_train:])):
+    for split, part in (("train", data[: task.n_train]), ("test", data[task.n_train :])):
         paths[split] = dest / f"{name}_{split}.jsonl"
         paths[split].write_text("".join(json.dumps(r) + "\n" for r in part))
     out = dest / f"{name}.yaml"

@@ -23,15 +23,22 @@ BACKENDS = ("cutlass", "torch", "flashinfer")
 def model_config(s: Scenario) -> dict:
     cfg = models.model_config(s.model)
     if cfg is None:
-        raise SuiteError(f"gemm-bench: {s.model.id}: no config.json (a hub id is not downloaded; give a local directory)")
+        raise SuiteError(
+            f"gemm-bench: {s.model.id}: no config.json (a hub id is not downloaded; give a local directory)"
+        )
     return cfg
 
 
 def plan(s: Scenario, backends: tuple[str, ...] = BACKENDS) -> dict:
     shapes = gemm_shapes.llama_shapes(model_config(s), s.server.tensor_parallel_size)
-    return {"shapes": [x.to_json() for x in shapes],
-            "ms": gemm_shapes.token_counts(s.server.max_num_seqs, s.server.max_num_batched_tokens),
-            "backends": list(backends), "ceiling_sizes": [8192, 16384], "calls": 10, "replays": 100}
+    return {
+        "shapes": [x.to_json() for x in shapes],
+        "ms": gemm_shapes.token_counts(s.server.max_num_seqs, s.server.max_num_batched_tokens),
+        "backends": list(backends),
+        "ceiling_sizes": [8192, 16384],
+        "calls": 10,
+        "replays": 100,
+    }
 
 
 def write_reports(res: dict, out: Path, s: Scenario) -> None:
@@ -50,8 +57,12 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
     python = (s.arms.baseline.vllm or s.server.vllm).python or sys.executable
     script = Path(__file__).with_name("gemm_timing.py")
     try:
-        proc = subprocess.run([python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
-                              stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         raise SuiteError(f"gemm-bench: the timing script ran over {timeout_s:.0f} s and was stopped") from None
     (out / "gemm.log").write_text(proc.stderr)

@@ -29,6 +29,7 @@ MIN_STEP_GAP_S = 0.0005
 @dataclass(frozen=True)
 class Steps:
     """Engine steps of one run, rebuilt from its stream: start time (ns) and tokens per step."""
+
     t_ns: np.ndarray  # first chunk arrival of each step
     decode: np.ndarray  # tokens emitted for requests already decoding
     prefill: np.ndarray  # prompt tokens of the requests whose first token the step emitted
@@ -114,8 +115,9 @@ class Prediction:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def predict_run(records: list[RequestRecord], table: GemmTable, base: str, cand: str, layers: int,
-                first_wave: int | None) -> tuple[Steps, dict[str, float]]:
+def predict_run(
+    records: list[RequestRecord], table: GemmTable, base: str, cand: str, layers: int, first_wave: int | None
+) -> tuple[Steps, dict[str, float]]:
     """One run's kernels-only prediction: changes as fractions, plus the step facts behind them."""
     ok = [r for r in records if r.phase == "measure" and r.success and r.chunk_ns]
     if not ok:
@@ -148,8 +150,15 @@ def predict_run(records: list[RequestRecord], table: GemmTable, base: str, cand:
     return st, out
 
 
-def predict(runs: list[list[RequestRecord]], gemm: dict, base: str, cand: str, layers: int,
-            first_wave: int | None, server_steps: list[float] | None = None) -> Prediction:
+def predict(
+    runs: list[list[RequestRecord]],
+    gemm: dict,
+    base: str,
+    cand: str,
+    layers: int,
+    first_wave: int | None,
+    server_steps: list[float] | None = None,
+) -> Prediction:
     table = GemmTable(gemm)
     for b in (base, cand):
         if not table.has(b):
@@ -158,20 +167,32 @@ def predict(runs: list[list[RequestRecord]], gemm: dict, base: str, cand: str, l
     if not per:
         raise ValueError("no measured requests to rebuild engine steps from")
     mean = lambda k: float(np.mean([o[k] for _, o in per if k in o] or [np.nan]))
-    keys = ["output_throughput", "median_tpot_ms", "median_itl_ms", "median_itl_token_ms"] + (["median_ttft_first_wave_ms"] if first_wave else [])
+    keys = ["output_throughput", "median_tpot_ms", "median_itl_ms", "median_itl_token_ms"] + (
+        ["median_ttft_first_wave_ms"] if first_wave else []
+    )
     steps = [s for s, _ in per]
     return Prediction(
         steps_per_run=float(np.mean([len(s.t_ns) for s in steps])),
         decode_batch_median=float(np.median(np.concatenate([s.decode[s.prefill == 0] for s in steps]) if steps else 0)),
         prefill_steps_per_run=float(np.mean([np.count_nonzero(s.prefill) for s in steps])),
         prefill_m_max=float(max(s.m.max() for s in steps)),
-        gemm_share=mean("gemm_share"), gemm_share_decode=mean("gemm_share_decode"),
+        gemm_share=mean("gemm_share"),
+        gemm_share_decode=mean("gemm_share_decode"),
         predicted_pct={k: 100 * mean(k) for k in keys},
-        server_steps_per_run=float(np.mean(server_steps)) if server_steps else None)
+        server_steps_per_run=float(np.mean(server_steps)) if server_steps else None,
+    )
 
 
-def for_run(config: dict | None, tp: int, gemm: dict, runs: list[list[RequestRecord]], base: str, cand: str,
-            first_wave: int | None, server_steps: list[float] | None = None) -> tuple[Prediction | None, str]:
+def for_run(
+    config: dict | None,
+    tp: int,
+    gemm: dict,
+    runs: list[list[RequestRecord]],
+    base: str,
+    cand: str,
+    first_wave: int | None,
+    server_steps: list[float] | None = None,
+) -> tuple[Prediction | None, str]:
     """The prediction for a comparison, or None and the reason there is none."""
     if config is None:
         return None, "no config.json for the model, so no layer count and shapes"
@@ -181,8 +202,9 @@ def for_run(config: dict | None, tp: int, gemm: dict, runs: list[list[RequestRec
         return None, str(e)
     have = {(r["shape"], r["k"], r["n"]) for r in gemm.get("results", []) if "us" in r}
     if have != want:
-        return None, (f"the GEMM timings are for other shapes ({sorted(have)}) than this model's at TP{tp} "
-                      f"({sorted(want)})")
+        return None, (
+            f"the GEMM timings are for other shapes ({sorted(have)}) than this model's at TP{tp} ({sorted(want)})"
+        )
     try:
         return predict(runs, gemm, base, cand, int(config["num_hidden_layers"]), first_wave, server_steps), ""
     except ValueError as e:

@@ -43,8 +43,12 @@ def llama_shapes(cfg: dict, tp: int = 1) -> list[GemmShape]:
         raise ShapeError(f"tensor parallel {tp} does not divide {heads} heads / intermediate size {inter}")
     # KV heads are replicated when tp exceeds them (vLLM: max(1, kv // tp) per rank).
     kv_rank = max(1, kv // tp)
-    return [GemmShape("qkv", h, (heads // tp + 2 * kv_rank) * hd), GemmShape("o", heads // tp * hd, h),
-            GemmShape("gate_up", h, 2 * inter // tp), GemmShape("down", inter // tp, h)]
+    return [
+        GemmShape("qkv", h, (heads // tp + 2 * kv_rank) * hd),
+        GemmShape("o", heads // tp * hd, h),
+        GemmShape("gate_up", h, 2 * inter // tp),
+        GemmShape("down", inter // tp, h),
+    ]
 
 
 def token_counts(max_num_seqs: int | None, max_num_batched_tokens: int | None) -> list[int]:

@@ -44,11 +44,14 @@ def backend_fn(name: str):
         return lambda a, b, sa, sb: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     if name == "cutlass":
         from vllm import _custom_ops as ops
+
         return lambda a, b, sa, sb: ops.cutlass_scaled_mm(a, b, sa, sb, torch.bfloat16)
     if name == "flashinfer":
         import flashinfer
-        return lambda a, b, sa, sb: flashinfer.bmm_fp8(a.unsqueeze(0), b.unsqueeze(0), sa, sb, torch.bfloat16,
-                                                      backend="cublas").squeeze(0)
+
+        return lambda a, b, sa, sb: flashinfer.bmm_fp8(
+            a.unsqueeze(0), b.unsqueeze(0), sa, sb, torch.bfloat16, backend="cublas"
+        ).squeeze(0)
     raise ValueError(f"unknown backend {name}")
 
 
@@ -86,8 +89,14 @@ def time_one(fn, m: int, k: int, n: int, calls: int, replays: int) -> dict:
         e.synchronize()
         times.append(s.elapsed_time(e) * 1000 / calls)  # us per GEMM
     us = statistics.median(times)
-    return {"us": us, "us_p10": sorted(times)[len(times) // 10], "us_p90": sorted(times)[9 * len(times) // 10],
-            "tflops": 2 * m * k * n / (us * 1e-6) / 1e12, "max_rel_error": err, "weight_copies": copies}
+    return {
+        "us": us,
+        "us_p10": sorted(times)[len(times) // 10],
+        "us_p90": sorted(times)[9 * len(times) // 10],
+        "tflops": 2 * m * k * n / (us * 1e-6) / 1e12,
+        "max_rel_error": err,
+        "weight_copies": copies,
+    }
 
 
 def main(plan_path: str, out_path: str) -> int:
@@ -96,8 +105,15 @@ def main(plan_path: str, out_path: str) -> int:
         print("gemm-bench: no CUDA GPU visible to this Python: nothing to time", file=sys.stderr)
         return 4
     calls, replays = plan.get("calls", 10), plan.get("replays", 100)
-    res = {"gpu": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
-           "torch": torch.__version__, "versions": {}, "results": [], "errors": {}, "ceiling": []}
+    res = {
+        "gpu": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+        "torch": torch.__version__,
+        "versions": {},
+        "results": [],
+        "errors": {},
+        "ceiling": [],
+    }
     for mod in ("vllm", "flashinfer"):
         try:
             res["versions"][mod] = __import__(mod).__version__

@@ -69,7 +69,7 @@ def outliers(x: np.ndarray, noise: float) -> list[int]:
     out = []
     lim = max(OUTLIER_Z * noise, MIN_REL)
     for i in range(len(x)):
-        sides = [float(np.median(s)) for s in (x[max(0, i - 2):i], x[i + 1:i + 3]) if len(s)]
+        sides = [float(np.median(s)) for s in (x[max(0, i - 2) : i], x[i + 1 : i + 3]) if len(s)]
         devs = [math.log(x[i] / ref) for ref in sides]
         if devs and all(abs(d) > lim for d in devs) and len({d > 0 for d in devs}) == 1:
             out.append(i)
@@ -78,9 +78,13 @@ def outliers(x: np.ndarray, noise: float) -> list[int]:
 
 def e_divisive(values: list[float], python: str, pvalue: float = 0.001, window: int = 30) -> list[int]:
     """Change-point indices from Otava's E-divisive, run by `python` (the change-point environment)."""
-    r = subprocess.run([python, "-c", _EDIVISIVE], input=json.dumps(
-        {"values": values, "pvalue": pvalue, "window": window}),
-        capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [python, "-c", _EDIVISIVE],
+        input=json.dumps({"values": values, "pvalue": pvalue, "window": window}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"e-divisive failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(r.stdout)
@@ -91,7 +95,7 @@ def window_candidates(x: np.ndarray, w: int = WINDOW) -> list[int]:
     from the median of the previous w."""
     if len(x) < 2 * w:
         return []
-    shifts = [(abs(math.log(np.median(x[i:i + w]) / np.median(x[i - w:i]))), i) for i in range(w, len(x) - w + 1)]
+    shifts = [(abs(math.log(np.median(x[i : i + w]) / np.median(x[i - w : i]))), i) for i in range(w, len(x) - w + 1)]
     i = max(shifts)[1]
     # Window medians place a step only to within a night or two: split where the two sides'
     # squared log deviations are least, within 2w nights around it.

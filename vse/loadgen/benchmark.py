@@ -14,6 +14,7 @@ from vse.loadgen.datasets import Prompt, load_tokenizer
 from vse.loadgen.gpu_sampler import GpuSampler
 from vse.loadgen.runner import LoadShape, run_load
 from vse.rundir.files import write_json
+from vse.rundir.layout import ArmDir
 from vse.rundir.rawdata import RepeatResult
 from vse.rundir.records import RequestRecord, write_jsonl
 from vse.scenario import WorkloadSpec
@@ -21,16 +22,41 @@ from vse.server import metrics as server_metrics
 
 
 def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
-    return LoadShape(max_concurrency=w.max_concurrency, request_rate=w.request_rate, burstiness=w.burstiness,
-                     duration_s=w.duration_s, seed=seed)
+    return LoadShape(
+        max_concurrency=w.max_concurrency,
+        request_rate=w.request_rate,
+        burstiness=w.burstiness,
+        duration_s=w.duration_s,
+        seed=seed,
+    )
 
 
-def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec, out: Path, *,
-               repeat: int, tokenizer_path: str | None, prompts_sha: str, warmup: Sequence[Prompt] = (),
-               extra_meta: dict | None = None, on_done: Callable[[RequestRecord], None] | None = None,
-               api_key: str | None = None) -> RepeatResult:
-    params = RequestParams(base_url, model, w.endpoint, w.ignore_eos, w.temperature, w.request_timeout_s,
-                           w.usage_per_chunk, w.read_timeout_s, api_key)
+def run_repeat(
+    base_url: str,
+    model: str,
+    prompts: list[Prompt],
+    w: WorkloadSpec,
+    out: Path,
+    *,
+    repeat: int,
+    tokenizer_path: str | None,
+    prompts_sha: str,
+    warmup: Sequence[Prompt] = (),
+    extra_meta: dict | None = None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    api_key: str | None = None,
+) -> RepeatResult:
+    params = RequestParams(
+        base_url,
+        model,
+        w.endpoint,
+        w.ignore_eos,
+        w.temperature,
+        w.request_timeout_s,
+        w.usage_per_chunk,
+        w.read_timeout_s,
+        api_key,
+    )
     count = None
     if tokenizer_path:
         tok = load_tokenizer(tokenizer_path)
@@ -40,19 +66,28 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
     if warmup:
         warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
         if all(not r.success and r.error.startswith("timeout") for r in warm):
-            write_jsonl(out / f"bench-{repeat}.jsonl", warm, keep_text=False)  # what it saw is kept
+            write_jsonl(ArmDir(out).records(repeat), warm, keep_text=False)  # what it saw is kept
             # A server that answers no warm-up request is hung: sending the measured run to it would
             # only wait out the timeout a second time (issue 29: 71 s after a SIGSTOP at a 30 s timeout).
-            raise ServerError(f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
-                              f"({warm[0].error}); the measured run was not sent")
+            raise ServerError(
+                f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
+                f"({warm[0].error}); the measured run was not sent"
+            )
     try:  # after the warm-up, so the server's deltas cover exactly the measured requests
         before = server_metrics.scrape(base_url)
     except OSError:
         before = None
     # NVML samples cover exactly the measured load (not the warm-up): energy per token is this run's.
-    with GpuSampler(out / f"bench-{repeat}.gpu.jsonl") as gpu:
-        result = run_load(params, prompts, shape, processes=w.client_processes, tokenizer_path=tokenizer_path,
-                          count_tokens=count, on_done=on_done)
+    with GpuSampler(ArmDir(out).gpu_samples(repeat)) as gpu:
+        result = run_load(
+            params,
+            prompts,
+            shape,
+            processes=w.client_processes,
+            tokenizer_path=tokenizer_path,
+            count_tokens=count,
+            on_done=on_done,
+        )
     server_delta = None
     if before is not None:
         try:
@@ -60,17 +95,27 @@ def run_repeat(base_url: str, model: str, prompts: list[Prompt], w: WorkloadSpec
         except OSError:
             server_delta = None
     meta = {
-        "repeat": repeat, "base_url": base_url, "model": model, "endpoint": w.endpoint.value,
-        "num_prompts": len(prompts), "max_concurrency": w.max_concurrency,
-        "request_rate": None if math.isinf(w.request_rate) else w.request_rate, "burstiness": w.burstiness,
-        "warmup_requests": w.warmup_requests, "duration_s": w.duration_s, "client_processes": result.processes,
-        "prompts_sha256": prompts_sha, "loop_lag_ms": result.loop_lag_ms,
-        "started_ns": result.started_ns, "ended_ns": result.ended_ns, "server_metrics_delta": server_delta,
+        "repeat": repeat,
+        "base_url": base_url,
+        "model": model,
+        "endpoint": w.endpoint.value,
+        "num_prompts": len(prompts),
+        "max_concurrency": w.max_concurrency,
+        "request_rate": None if math.isinf(w.request_rate) else w.request_rate,
+        "burstiness": w.burstiness,
+        "warmup_requests": w.warmup_requests,
+        "duration_s": w.duration_s,
+        "client_processes": result.processes,
+        "prompts_sha256": prompts_sha,
+        "loop_lag_ms": result.loop_lag_ms,
+        "started_ns": result.started_ns,
+        "ended_ns": result.ended_ns,
+        "server_metrics_delta": server_delta,
         "gpu_telemetry": gpu.telemetry.to_json(),
         **(extra_meta or {}),
     }
     # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing
     # a statistic needs (the agreement probe keeps the outputs that matter).
-    write_jsonl(out / f"bench-{repeat}.jsonl", warm + result.records, keep_text=False)
-    write_json(out / f"bench-{repeat}.meta.json", meta)
+    write_jsonl(ArmDir(out).records(repeat), warm + result.records, keep_text=False)
+    write_json(ArmDir(out).meta(repeat), meta)  # after the records: a run is finished once its meta exists
     return RepeatResult(warm + result.records, meta)

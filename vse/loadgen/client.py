@@ -42,7 +42,10 @@ class RequestParams:
 
 def build_payload(p: RequestParams, prompt: str, max_tokens: int) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": p.model, "max_tokens": max_tokens, "temperature": p.temperature, "stream": True,
+        "model": p.model,
+        "max_tokens": max_tokens,
+        "temperature": p.temperature,
+        "stream": True,
         # Final usage gives each request's exact token count. Usage on every chunk would say how
         # many tokens each coalesced chunk carries, but it adds work per chunk in vLLM's API
         # server, the first part to saturate at high concurrency, and `vllm bench serve` does not
@@ -126,15 +129,25 @@ class StreamError(Exception):
     pass
 
 
-async def stream_request(session: aiohttp.ClientSession, p: RequestParams, prompt: str, max_tokens: int,
-                         rec: RequestRecord, count_tokens: Callable[[str], int] | None = None) -> RequestRecord:
+async def stream_request(
+    session: aiohttp.ClientSession,
+    p: RequestParams,
+    prompt: str,
+    max_tokens: int,
+    rec: RequestRecord,
+    count_tokens: Callable[[str], int] | None = None,
+) -> RequestRecord:
     """Fill `rec` from one streamed request; never raises for request failures (they are data)."""
     state = _StreamState(rec)
     parser = SseParser()
     rec.send_ns = time.monotonic_ns()
     try:
-        async with session.post(p.url, json=build_payload(p, prompt, max_tokens), headers=p.headers,
-                                timeout=aiohttp.ClientTimeout(total=p.timeout_s, sock_read=p.read_timeout_s)) as resp:
+        async with session.post(
+            p.url,
+            json=build_payload(p, prompt, max_tokens),
+            headers=p.headers,
+            timeout=aiohttp.ClientTimeout(total=p.timeout_s, sock_read=p.read_timeout_s),
+        ) as resp:
             rec.headers_ns = time.monotonic_ns()
             rec.status = resp.status
             if resp.status != 200:
@@ -159,8 +172,11 @@ async def stream_request(session: aiohttp.ClientSession, p: RequestParams, promp
         rec.error = str(e)
     except asyncio.TimeoutError:
         waited = (time.monotonic_ns() - rec.send_ns) / 1e9
-        rec.error = (f"timeout: no data for {p.read_timeout_s:.0f} s (read timeout)"
-                     if p.read_timeout_s and waited < p.timeout_s - 1 else f"timeout after {p.timeout_s:.0f} s")
+        rec.error = (
+            f"timeout: no data for {p.read_timeout_s:.0f} s (read timeout)"
+            if p.read_timeout_s and waited < p.timeout_s - 1
+            else f"timeout after {p.timeout_s:.0f} s"
+        )
     except (aiohttp.ClientError, ConnectionError, OSError) as e:
         rec.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
     if not rec.success:
@@ -173,5 +189,6 @@ def make_session(concurrency: int) -> aiohttp.ClientSession:
     # aiohttp caps a connector at 100 connections by default, which silently queues requests
     # at concurrency 128: size it to the concurrency.
     connector = aiohttp.TCPConnector(limit=max(concurrency, 1) + 8, limit_per_host=0, force_close=False)
-    return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFFER,
-                                 timeout=aiohttp.ClientTimeout(total=None))
+    return aiohttp.ClientSession(
+        connector=connector, read_bufsize=READ_BUFFER, timeout=aiohttp.ClientTimeout(total=None)
+    )

@@ -45,8 +45,9 @@ def _special_ids(tok: Tokenizer) -> set[int]:
     return {t.id if hasattr(t, "id") else i for i, t in tok.get_added_tokens_decoder().items()}
 
 
-def _exact_length_text(tok: Tokenizer, ids: list[int], target: int, rng: np.random.Generator,
-                       allowed: np.ndarray) -> tuple[str, int]:
+def _exact_length_text(
+    tok: Tokenizer, ids: list[int], target: int, rng: np.random.Generator, allowed: np.ndarray
+) -> tuple[str, int]:
     """Decode random ids and re-encode until the text is exactly `target` tokens long: decoding
     can merge or split tokens, and the server counts the text, not our ids."""
     text = tok.decode(ids)
@@ -118,8 +119,11 @@ def jsonl_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
     return prompts
 
 
-_BUILDERS = {DatasetKind.RANDOM: random_prompts, DatasetKind.SHAREGPT: sharegpt_prompts,
-             DatasetKind.JSONL: jsonl_prompts}
+_BUILDERS = {
+    DatasetKind.RANDOM: random_prompts,
+    DatasetKind.SHAREGPT: sharegpt_prompts,
+    DatasetKind.JSONL: jsonl_prompts,
+}
 
 
 def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str) -> list[Prompt]:
@@ -128,8 +132,9 @@ def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str) -> list[Prompt
     if not prompts:
         raise SuiteError(f"workload.dataset: {spec.kind.value} dataset gave no prompts")
     if len(prompts) < n:  # a small file: cycle it, as vLLM's samplers do
-        prompts = [Prompt(i, p.text, p.prompt_len, p.output_len)
-                   for i, p in zip(range(n), (prompts * (n // len(prompts) + 1)))]
+        prompts = [
+            Prompt(i, p.text, p.prompt_len, p.output_len) for i, p in zip(range(n), (prompts * (n // len(prompts) + 1)))
+        ]
     return prompts
 
 

@@ -37,16 +37,20 @@ def _sample(nv, handles: dict[int, object]) -> dict:
             energy = nv.nvmlDeviceGetTotalEnergyConsumption(h)
         except nv.NVMLError:
             energy = None  # pre-Volta GPUs have no energy counter
-        get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        get_reasons = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         util = nv.nvmlDeviceGetUtilizationRates(h)
         out[str(i)] = {
             "sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
             "mem_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000, "energy_mj": energy,
+            "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000,
+            "energy_mj": energy,
             "temp_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-            "util_pct": util.gpu, "mem_util_pct": util.memory,
-            "mem_used_b": nv.nvmlDeviceGetMemoryInfo(h).used, "reasons": int(get_reasons(h)),
+            "util_pct": util.gpu,
+            "mem_util_pct": util.memory,
+            "mem_used_b": nv.nvmlDeviceGetMemoryInfo(h).used,
+            "reasons": int(get_reasons(h)),
         }
     return out
 
@@ -60,11 +64,14 @@ def main(out: str, interval: float = DEFAULT_INTERVAL_S) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     with open(out, "w") as f:
+
         def line(d: dict) -> None:
             f.write(json.dumps(d) + "\n")
             f.flush()
+
         try:
             import pynvml as nv
+
             nv.nvmlInit()
             handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in _visible(nv.nvmlDeviceGetCount())}
             if not handles:
@@ -98,9 +105,14 @@ class GpuSampler:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
         from vse.server.process import die_with_parent  # here, not at the top: the sampler process needs none of it
-        self.proc = subprocess.Popen([sys.executable, "-m", "vse.loadgen.gpu_sampler", str(self.path), str(self.interval_s)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent, cwd=Path(__file__).resolve().parent.parent)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vse.loadgen.gpu_sampler", str(self.path), str(self.interval_s)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline and self.proc.poll() is None and not self._started():
             time.sleep(0.02)

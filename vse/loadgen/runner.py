@@ -86,9 +86,17 @@ async def _sleep_until(deadline_ns: int) -> None:
         await asyncio.sleep(left / 1e9)
 
 
-async def _run_phase(session, params: RequestParams, prompts: list[Prompt], phase: str, shape: LoadShape,
-                     count_tokens, on_done: Callable[[RequestRecord], None] | None, worker: int,
-                     t0_ns: int | None = None) -> list[RequestRecord]:
+async def _run_phase(
+    session,
+    params: RequestParams,
+    prompts: list[Prompt],
+    phase: str,
+    shape: LoadShape,
+    count_tokens,
+    on_done: Callable[[RequestRecord], None] | None,
+    worker: int,
+    t0_ns: int | None = None,
+) -> list[RequestRecord]:
     sem = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else None
     offsets = arrival_offsets(len(prompts), shape.request_rate, shape.burstiness, shape.seed)
     start_ns = t0_ns or time.monotonic_ns()
@@ -96,8 +104,14 @@ async def _run_phase(session, params: RequestParams, prompts: list[Prompt], phas
     records: list[RequestRecord] = []
 
     async def one(p: Prompt, due_ns: int) -> None:
-        rec = RequestRecord(index=p.index, phase=phase, prompt_len=p.prompt_len, expected_output_len=p.output_len,
-                            scheduled_ns=due_ns, worker=worker)
+        rec = RequestRecord(
+            index=p.index,
+            phase=phase,
+            prompt_len=p.prompt_len,
+            expected_output_len=p.output_len,
+            scheduled_ns=due_ns,
+            worker=worker,
+        )
         records.append(rec)
         if sem is None:
             await stream_request(session, params, p.text, p.output_len, rec, count_tokens)
@@ -119,9 +133,17 @@ async def _run_phase(session, params: RequestParams, prompts: list[Prompt], phas
     return records
 
 
-async def run_load_async(params: RequestParams, prompts: list[Prompt], shape: LoadShape, *, phase: str = "measure",
-                         count_tokens=None, on_done: Callable[[RequestRecord], None] | None = None, worker: int = 0,
-                         t0_ns: int | None = None) -> LoadResult:
+async def run_load_async(
+    params: RequestParams,
+    prompts: list[Prompt],
+    shape: LoadShape,
+    *,
+    phase: str = "measure",
+    count_tokens=None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    worker: int = 0,
+    t0_ns: int | None = None,
+) -> LoadResult:
     if phase == "warmup":  # all at once, never capped: it only has to warm the server
         shape = replace(shape, request_rate=math.inf, duration_s=None)
     concurrency = shape.max_concurrency or len(prompts)
@@ -152,6 +174,7 @@ def _worker_main(args) -> LoadResult:
     count = None
     if tokenizer_path:
         from vse.loadgen.datasets import load_tokenizer
+
         tok = load_tokenizer(tokenizer_path)
         count = lambda text: len(tok.encode(text, add_special_tokens=False).ids)
     return _run(run_load_async(params, prompts, shape, phase=phase, count_tokens=count, worker=worker, t0_ns=t0_ns))
@@ -163,9 +186,17 @@ def share(total: int, n: int, i: int) -> int:
     return max(1, total // n + (1 if i < total % n else 0))
 
 
-def run_load(params: RequestParams, prompts: list[Prompt], shape: LoadShape, *, phase: str = "measure",
-             processes: int = 1, tokenizer_path: str | None = None, count_tokens=None,
-             on_done: Callable[[RequestRecord], None] | None = None) -> LoadResult:
+def run_load(
+    params: RequestParams,
+    prompts: list[Prompt],
+    shape: LoadShape,
+    *,
+    phase: str = "measure",
+    processes: int = 1,
+    tokenizer_path: str | None = None,
+    count_tokens=None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+) -> LoadResult:
     """Run one phase (warm-up or measured). With processes > 1, prompts are dealt round-robin
     to that many client processes, each with its share of concurrency and rate, started on
     one shared monotonic instant; their records merge into one result."""
@@ -174,9 +205,23 @@ def run_load(params: RequestParams, prompts: list[Prompt], shape: LoadShape, *, 
     n = processes
     rate = shape.request_rate / n
     t0 = time.monotonic_ns() + int(3e9)  # time for the workers to start
-    jobs = [(params, prompts[i::n], replace(shape, max_concurrency=share(shape.max_concurrency or len(prompts), n, i),
-                                            request_rate=rate, seed=shape.seed + i),
-             phase, i, t0, tokenizer_path) for i in range(n)]
+    jobs = [
+        (
+            params,
+            prompts[i::n],
+            replace(
+                shape,
+                max_concurrency=share(shape.max_concurrency or len(prompts), n, i),
+                request_rate=rate,
+                seed=shape.seed + i,
+            ),
+            phase,
+            i,
+            t0,
+            tokenizer_path,
+        )
+        for i in range(n)
+    ]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
         parts = list(pool.map(_worker_main, jobs))

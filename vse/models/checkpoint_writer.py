@@ -56,7 +56,7 @@ def rope(x: torch.Tensor, theta: float) -> torch.Tensor:
     inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
     ang = torch.arange(x.shape[-2], device=x.device, dtype=torch.float32)[:, None] * inv[None]
     cos, sin = torch.cat([ang.cos()] * 2, -1).to(x.dtype), torch.cat([ang.sin()] * 2, -1).to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
@@ -92,11 +92,23 @@ class Writer:
 
     def layer(self, i: int, hs: list[torch.Tensor]) -> list[torch.Tensor]:
         c = self.cfg
-        hd, nh, nkv, d, f = (c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"],
-                             c["hidden_size"], c["intermediate_size"])
+        hd, nh, nkv, d, f = (
+            c["head_dim"],
+            c["num_attention_heads"],
+            c["num_key_value_heads"],
+            c["hidden_size"],
+            c["intermediate_size"],
+        )
         p = f"model.layers.{i}"
-        shapes = {"self_attn.q_proj": (nh * hd, d), "self_attn.k_proj": (nkv * hd, d), "self_attn.v_proj": (nkv * hd, d),
-                  "self_attn.o_proj": (d, nh * hd), "mlp.gate_proj": (f, d), "mlp.up_proj": (f, d), "mlp.down_proj": (d, f)}
+        shapes = {
+            "self_attn.q_proj": (nh * hd, d),
+            "self_attn.k_proj": (nkv * hd, d),
+            "self_attn.v_proj": (nkv * hd, d),
+            "self_attn.o_proj": (d, nh * hd),
+            "mlp.gate_proj": (f, d),
+            "mlp.up_proj": (f, d),
+            "mlp.down_proj": (d, f),
+        }
         w = {n: self.normal(*s) for n, s in shapes.items()}
         for n, t in w.items():
             self.quantize(f"{p}.{n}", t)
@@ -128,14 +140,17 @@ class Writer:
         self.tensors["lm_head.weight"] = head.cpu()
         logp = torch.cat([torch.log_softmax((rms_norm(h, c["rms_norm_eps"]) @ head.T).float(), -1) for h in hs])
         entropy = -(logp.exp() * logp).sum(-1)
-        return {"next_token_entropy_nats": round(float(entropy.mean()), 3),
-                "uniform_entropy_nats": round(math.log(c["vocab_size"]), 3),
-                "top1_prob_mean": round(float(logp.max(-1).values.exp().mean()), 5),
-                "calibration_tokens": sum(len(s) for s in ids)}
+        return {
+            "next_token_entropy_nats": round(float(entropy.mean()), 3),
+            "uniform_entropy_nats": round(math.log(c["vocab_size"]), 3),
+            "top1_prob_mean": round(float(logp.max(-1).values.exp().mean()), 5),
+            "calibration_tokens": sum(len(s) for s in ids),
+        }
 
 
 def calibration_ids(model_dir: Path, vocab: int) -> list[list[int]]:
     from tokenizers import Tokenizer
+
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     return [[i for i in tok.encode(t).ids if i < vocab] for t in CALIBRATION_TEXT]
 
@@ -157,11 +172,14 @@ def save(model_dir: Path, tensors: dict[str, torch.Tensor], scales: dict[str, to
         weight_map.update({k: name for k in shard})
         files.append(name)
     if scales:
-        save_file({k: v.reshape(()) for k, v in scales.items()}, str(model_dir / SCALES_FILE), metadata={"format": "pt"})
+        save_file(
+            {k: v.reshape(()) for k, v in scales.items()}, str(model_dir / SCALES_FILE), metadata={"format": "pt"}
+        )
         weight_map.update({k: SCALES_FILE for k in scales})
     total = sum((model_dir / f).stat().st_size for f in set(weight_map.values()))
     (model_dir / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+    )
     return files
 
 
@@ -175,9 +193,16 @@ def build(model_dir: Path, std: float, seed: int, device: str) -> dict:
         info = w.build(calibration_ids(model_dir, cfg["vocab_size"]))
     t1 = time.monotonic()
     files = save(model_dir, w.tensors, w.scales)
-    info.update(fp8=w.fp8, std=std, seed=seed, device=device, shards=len(files),
-                bytes=sum((model_dir / f).stat().st_size for f in files),
-                generate_s=round(t1 - t0, 1), write_s=round(time.monotonic() - t1, 1))
+    info.update(
+        fp8=w.fp8,
+        std=std,
+        seed=seed,
+        device=device,
+        shards=len(files),
+        bytes=sum((model_dir / f).stat().st_size for f in files),
+        generate_s=round(t1 - t0, 1),
+        write_s=round(time.monotonic() - t1, 1),
+    )
     (model_dir / "vse_checkpoint.json").write_text(json.dumps(info, indent=1))
     return info
 

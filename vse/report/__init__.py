@@ -8,10 +8,12 @@ from pathlib import Path
 from vse.analysis import Analysis, analyze
 from vse.report import html, markdown, results_json, vllm_files
 from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.layout import RunDir
 
 
-def build(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None,
-          vllm_detailed: bool = False) -> Analysis:
+def build(
+    run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None, vllm_detailed: bool = False
+) -> Analysis:
     a = analyze(run_dir, noise_run=noise_run, gemm_file=gemm_file)
     for _, point in a.sweep:  # each load point's own reports, beside its records
         write(point, vllm_detailed)
@@ -22,6 +24,7 @@ def build(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | Non
 def write(a: Analysis, vllm_detailed: bool = False) -> None:
     vllm_files.write(a, detailed=vllm_detailed)
     run_dir = a.run_dir
-    atomic_write_text(Path(run_dir) / "summary.md", markdown.render(a))
-    write_json(Path(run_dir) / "results.json", results_json.render(a))
-    atomic_write_text(Path(run_dir) / "report.html", html.render(a))
+    layout = RunDir(run_dir)
+    atomic_write_text(layout.summary, markdown.render(a))
+    write_json(layout.results, results_json.render(a))
+    atomic_write_text(layout.html, html.render(a))

@@ -45,10 +45,19 @@ def ratio_lines(res: dict, max_num_seqs: int | None, level: str = "##") -> list[
     rt = ratios(res, max_num_seqs)
     if not rt:
         return []
-    return ([f"{level} Speed relative to CUTLASS (CUTLASS time / backend time; above 1 is faster)", "",
-             "| Backend | decode (M <= max_num_seqs) | prefill (larger M) |", "|---|---:|---:|"]
-            + [f"| {b} | {d.get('decode', float('nan')):.3f} | {d.get('prefill', float('nan')):.3f} |"
-               for b, d in sorted(rt.items())] + [""])
+    return (
+        [
+            f"{level} Speed relative to CUTLASS (CUTLASS time / backend time; above 1 is faster)",
+            "",
+            "| Backend | decode (M <= max_num_seqs) | prefill (larger M) |",
+            "|---|---:|---:|",
+        ]
+        + [
+            f"| {b} | {d.get('decode', float('nan')):.3f} | {d.get('prefill', float('nan')):.3f} |"
+            for b, d in sorted(rt.items())
+        ]
+        + [""]
+    )
 
 
 def error_lines(res: dict, level: str = "##") -> list[str]:
@@ -62,12 +71,22 @@ def error_lines(res: dict, level: str = "##") -> list[str]:
     if not worst:
         return []
     shapes = list(dict.fromkeys(r["shape"] for r in _ok(res)))
-    return ([f"{level} Error against a float32 reference (max |out - ref| / max |ref|, worst over M)", "",
-             "bf16 rounding of the output alone is about 0.2%; more is the kernel's accumulation. Two arms' "
-             "outputs cannot agree more closely than their kernels' errors allow.", "",
-             "| Backend | " + " | ".join(shapes) + " |", "|---|" + "---:|" * len(shapes)]
-            + [f"| {b} | " + " | ".join(f"{100 * w[s]:.2f}%" if s in w else "n/a" for s in shapes) + " |"
-               for b, w in sorted(worst.items(), key=lambda kv: (kv[0] != REFERENCE, kv[0]))] + [""])
+    return (
+        [
+            f"{level} Error against a float32 reference (max |out - ref| / max |ref|, worst over M)",
+            "",
+            "bf16 rounding of the output alone is about 0.2%; more is the kernel's accumulation. Two arms' "
+            "outputs cannot agree more closely than their kernels' errors allow.",
+            "",
+            "| Backend | " + " | ".join(shapes) + " |",
+            "|---|" + "---:|" * len(shapes),
+        ]
+        + [
+            f"| {b} | " + " | ".join(f"{100 * w[s]:.2f}%" if s in w else "n/a" for s in shapes) + " |"
+            for b, w in sorted(worst.items(), key=lambda kv: (kv[0] != REFERENCE, kv[0]))
+        ]
+        + [""]
+    )
 
 
 def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run") -> list[str]:
@@ -75,10 +94,19 @@ def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run
     or given to `make report GEMM=...`."""
     ceil_ = ceiling(res)
     where = "`gemm/gemm.md`" if source == "same run" else f"`{Path(source).with_name('gemm.md')}`"
-    return ([f"## FP8 GEMMs of this model on this GPU (make gemm-bench, {source})", "",
-             f"Measured ceiling {ceil_:,.0f} TFLOP/s" + (f" (datasheet {datasheet(res.get('gpu', '')):,.0f})"
-                                                         if datasheet(res.get("gpu", "")) else "") + "; per shape and "
-             f"M in {where}.", ""] + ratio_lines(res, max_num_seqs, "###") + error_lines(res, "###"))
+    return (
+        [
+            f"## FP8 GEMMs of this model on this GPU (make gemm-bench, {source})",
+            "",
+            f"Measured ceiling {ceil_:,.0f} TFLOP/s"
+            + (f" (datasheet {datasheet(res.get('gpu', '')):,.0f})" if datasheet(res.get("gpu", "")) else "")
+            + "; per shape and "
+            f"M in {where}.",
+            "",
+        ]
+        + ratio_lines(res, max_num_seqs, "###")
+        + error_lines(res, "###")
+    )
 
 
 PREDICTED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_first_wave_ms")
@@ -89,23 +117,32 @@ PREDICTION_HEADER = ["Metric", "GEMMs alone predict", "Measured (95% CI)", "Verd
 
 def prediction_rows(pred, comparison: list) -> list[list[str]]:
     measured = {c.key: c for c in comparison}
-    return [[c.label, f"{pred.predicted_pct[key]:+.2f}%",
-             f"{100 * c.rel_change:+.2f}% [{100 * c.ci_low:+.2f}%, {100 * c.ci_high:+.2f}%]", c.verdict.value]
-            for key in PREDICTED if key in pred.predicted_pct and (c := measured.get(key)) is not None]
+    return [
+        [
+            c.label,
+            f"{pred.predicted_pct[key]:+.2f}%",
+            f"{100 * c.rel_change:+.2f}% [{100 * c.ci_low:+.2f}%, {100 * c.ci_high:+.2f}%]",
+            c.verdict.value,
+        ]
+        for key in PREDICTED
+        if key in pred.predicted_pct and (c := measured.get(key)) is not None
+    ]
 
 
 def prediction_text(pred, note: str) -> str:
     if pred is None:
         return f"No prediction: {note}."
-    return (f"FP8 GEMMs take {100 * pred.gemm_share:.0f}% of the baseline's busy time "
-            f"({100 * pred.gemm_share_decode:.0f}% of its decode-only steps). Engine steps rebuilt from the "
-            f"baseline's token streams: {pred.steps_per_run:,.0f} per run"
-            + (f" (vLLM counted {pred.server_steps_per_run:,.0f})" if pred.server_steps_per_run else "")
-            + f", median decode batch "
-            f"{pred.decode_batch_median:,.0f}, {pred.prefill_steps_per_run:,.0f} steps with prefill (M up to "
-            f"{pred.prefill_m_max:,.0f}). The prediction adds each step's GEMM time difference at its M to the "
-            "measured steps and changes nothing else (activation quantization, fusions and scheduling stay as "
-            "measured): where the columns differ, the GEMM itself does not explain the change.")
+    return (
+        f"FP8 GEMMs take {100 * pred.gemm_share:.0f}% of the baseline's busy time "
+        f"({100 * pred.gemm_share_decode:.0f}% of its decode-only steps). Engine steps rebuilt from the "
+        f"baseline's token streams: {pred.steps_per_run:,.0f} per run"
+        + (f" (vLLM counted {pred.server_steps_per_run:,.0f})" if pred.server_steps_per_run else "")
+        + f", median decode batch "
+        f"{pred.decode_batch_median:,.0f}, {pred.prefill_steps_per_run:,.0f} steps with prefill (M up to "
+        f"{pred.prefill_m_max:,.0f}). The prediction adds each step's GEMM time difference at its M to the "
+        "measured steps and changes nothing else (activation quantization, fusions and scheduling stay as "
+        "measured): where the columns differ, the GEMM itself does not explain the change."
+    )
 
 
 def prediction_lines(pred, note: str, comparison: list) -> list[str]:
@@ -120,15 +157,20 @@ def prediction_lines(pred, note: str, comparison: list) -> list[str]:
 def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
     backends = sorted({r["backend"] for r in res["results"]}, key=lambda b: (b != REFERENCE, b))
     ceil_, sheet = ceiling(res), datasheet(res.get("gpu", ""))
-    L = [f"# FP8 GEMMs: {title}", "",
-         f"- GPU: {res.get('gpu')} (compute capability {'.'.join(map(str, res.get('capability', [])))}); "
-         f"torch {res.get('torch')}, " + ", ".join(f"{k} {v}" for k, v in res.get("versions", {}).items()),
-         f"- Measured FP8 ceiling (best backend, large square GEMMs): "
-         f"{ceil_:,.0f} TFLOP/s" if ceil_ else "- Measured FP8 ceiling: n/a",
-         f"- Datasheet dense FP8: {sheet:,.0f} TFLOP/s" if sheet else "- Datasheet dense FP8: unknown for this GPU",
-         "- Timing: CUDA graph of 10 GEMMs replayed 100 times, CUDA events, median per GEMM; fresh random FP8 "
-         "inputs with per-tensor scales; each output checked against a float32 reference first; weights rotated "
-         "beyond the L2 cache. Activation quantization is not timed.", ""]
+    L = [
+        f"# FP8 GEMMs: {title}",
+        "",
+        f"- GPU: {res.get('gpu')} (compute capability {'.'.join(map(str, res.get('capability', [])))}); "
+        f"torch {res.get('torch')}, " + ", ".join(f"{k} {v}" for k, v in res.get("versions", {}).items()),
+        f"- Measured FP8 ceiling (best backend, large square GEMMs): {ceil_:,.0f} TFLOP/s"
+        if ceil_
+        else "- Measured FP8 ceiling: n/a",
+        f"- Datasheet dense FP8: {sheet:,.0f} TFLOP/s" if sheet else "- Datasheet dense FP8: unknown for this GPU",
+        "- Timing: CUDA graph of 10 GEMMs replayed 100 times, CUDA events, median per GEMM; fresh random FP8 "
+        "inputs with per-tensor scales; each output checked against a float32 reference first; weights rotated "
+        "beyond the L2 cache. Activation quantization is not timed.",
+        "",
+    ]
     for b, err in res.get("errors", {}).items():
         L.append(f"- **{b} could not run**: {err}")
     L += ratio_lines(res, max_num_seqs) + error_lines(res)
@@ -136,8 +178,12 @@ def markdown(res: dict, max_num_seqs: int | None, title: str) -> str:
     for r in res["results"]:
         by_shape[(r["shape"], r["k"], r["n"])][r["m"]][r["backend"]] = r
     for (name, k, n), rows in by_shape.items():
-        L += [f"## {name}: K={k}, N={n}", "",
-              "| M | " + " | ".join(f"{b} us (TFLOP/s)" for b in backends) + " |", "|---:|" + "---:|" * len(backends)]
+        L += [
+            f"## {name}: K={k}, N={n}",
+            "",
+            "| M | " + " | ".join(f"{b} us (TFLOP/s)" for b in backends) + " |",
+            "|---:|" + "---:|" * len(backends),
+        ]
         for m in sorted(rows):
             cells = []
             for b in backends:
@@ -172,7 +218,10 @@ def plot_svg(res: dict) -> str:
 
 def html(res: dict, max_num_seqs: int | None, title: str) -> str:
     import html as h
+
     md = markdown(res, max_num_seqs, title)
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>" + h.escape(title) + "</title>"
-            "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}pre{white-space:pre-wrap}</style>"
-            "</head><body>" + plot_svg(res) + "<pre>" + h.escape(md) + "</pre></body></html>")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>" + h.escape(title) + "</title>"
+        "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}pre{white-space:pre-wrap}</style>"
+        "</head><body>" + plot_svg(res) + "<pre>" + h.escape(md) + "</pre></body></html>"
+    )

@@ -76,8 +76,13 @@ def throughput_plot(arms: list[ArmAnalysis]) -> Markup:
                 scale = r.output_tokens / max(sum(r.chunk_tokens), 1)
                 for t, c in zip(r.chunk_ns, r.chunk_tokens):
                     tok[int((t - t0) / 1e9)] += c * scale
-            ax.plot(np.arange(n), tok, color=COLORS[arm.name], alpha=0.9 - 0.2 * min(k, 3),
-                    label=f"{arm.name} repeat {k + 1}")
+            ax.plot(
+                np.arange(n),
+                tok,
+                color=COLORS[arm.name],
+                alpha=0.9 - 0.2 * min(k, 3),
+                label=f"{arm.name} repeat {k + 1}",
+            )
     ax.set_title("Output tokens per second over each run (coalesced chunks weighted by their request's token count)")
     ax.set_xlabel("seconds since the run's first request")
     ax.set_ylabel("tokens/s")
@@ -100,8 +105,13 @@ def latency_vs_send_plot(arms: list[ArmAnalysis]) -> Markup:
             axes[1].scatter(x, [r.e2el_s * 1e3 for r in ok], s=4, color=COLORS[arm.name], alpha=0.5, label=lbl)
             bad = [r for r in ms if not r.success]
             if bad:
-                axes[1].scatter([(r.send_ns - t0) / 1e9 for r in bad], [0] * len(bad), marker="x", color="black",
-                                label="failed" if k == 0 else None)
+                axes[1].scatter(
+                    [(r.send_ns - t0) / 1e9 for r in bad],
+                    [0] * len(bad),
+                    marker="x",
+                    color="black",
+                    label="failed" if k == 0 else None,
+                )
     axes[0].set_title("TTFT of each request against its send time")
     axes[1].set_title("E2E latency of each request against its send time")
     for ax in axes:
@@ -128,8 +138,14 @@ def change_plot(a: Analysis) -> Markup:
         if hi > lim:
             ax.plot([lim], [i], ">", color=color, ms=5)
         x = 100 * r.rel_change
-        ax.plot([min(max(x, -lim), lim)], [i], "o" if abs(x) <= lim else (">" if x > 0 else "<"), color=color,
-                ms=4 if abs(x) <= lim else 7, mfc=color if good else "white")
+        ax.plot(
+            [min(max(x, -lim), lim)],
+            [i],
+            "o" if abs(x) <= lim else (">" if x > 0 else "<"),
+            color=color,
+            ms=4 if abs(x) <= lim else 7,
+            mfc=color if good else "white",
+        )
     ax.set_xlim(-lim * 1.05, lim * 1.05)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(rows)), [r.label for r in rows])
@@ -146,8 +162,10 @@ def starts_plot(a: Analysis) -> Markup | None:
         return None
     fig, axes = plt.subplots(1, len(rows), figsize=(3.7 * len(rows), 3), squeeze=False)
     for ax, r in zip(axes[0], rows):
-        for name, runs, starts, dx in (("baseline", r.baseline_runs, r.baseline_starts, -0.1),
-                                       ("candidate", r.candidate_runs, r.candidate_starts, 0.1)):
+        for name, runs, starts, dx in (
+            ("baseline", r.baseline_runs, r.baseline_starts, -0.1),
+            ("candidate", r.candidate_runs, r.candidate_starts, 0.1),
+        ):
             ax.scatter(np.asarray(starts) + 1 + dx, runs, color=COLORS[name], s=18, label=name)
         ax.set_title(r.label, fontsize=9)
         ax.set_xlabel("server start")
@@ -166,8 +184,15 @@ def accuracy_plot(arms: list[ArmAnalysis]) -> Markup | None:
     for j, arm in enumerate(with_acc):
         vals = [arm.accuracy.scores.get(k, np.nan) for k in keys]
         errs = [arm.accuracy.stderrs.get(k, 0.0) for k in keys]
-        ax.bar(np.arange(len(keys)) + j * width, vals, width, yerr=errs, capsize=3, color=COLORS[arm.name],
-               label=f"{arm.name}: {arm.label}")
+        ax.bar(
+            np.arange(len(keys)) + j * width,
+            vals,
+            width,
+            yerr=errs,
+            capsize=3,
+            color=COLORS[arm.name],
+            label=f"{arm.name}: {arm.label}",
+        )
     ax.set_xticks(np.arange(len(keys)) + width * (len(with_acc) - 1) / 2, keys, fontsize=8)
     ax.set_ylabel("score (± stderr)")
     ax.set_title("Accuracy (lm-eval)")
@@ -180,8 +205,11 @@ def render(a: Analysis) -> str:
     have_bench = [x for x in arms if x.repeat_data]
     plots = []
     if have_bench:
-        plots += [("Latency distributions", cdf_plot(have_bench)), ("Throughput over time", throughput_plot(have_bench)),
-                  ("Per-request latency against send time", latency_vs_send_plot(have_bench))]
+        plots += [
+            ("Latency distributions", cdf_plot(have_bench)),
+            ("Throughput over time", throughput_plot(have_bench)),
+            ("Per-request latency against send time", latency_vs_send_plot(have_bench)),
+        ]
     if a.comparison:
         plots.insert(0, ("Relative change with 95% confidence intervals", change_plot(a)))
         if (sp := starts_plot(a)) is not None:
@@ -191,22 +219,43 @@ def render(a: Analysis) -> str:
     if (sw := sweep.plot_svg(a)) is not None:
         plots.insert(0, ("Load sweep: throughput against latency per arm", Markup(sw)))
     if a.gemm:
-        plots.append((f"FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, {a.gemm_source})",
-                      Markup(gemm.plot_svg(a.gemm))))
+        plots.append(
+            (
+                f"FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, {a.gemm_source})",
+                Markup(gemm.plot_svg(a.gemm)),
+            )
+        )
     acc = accuracy_plot(arms)
     if acc is not None:
         plots.append(("Accuracy", acc))
-    env = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
-                      autoescape=select_autoescape(["html"]))
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).with_name("templates")), autoescape=select_autoescape(["html"])
+    )
     return env.get_template("report.html.j2").render(
-        a=a, arms=arms, plots=plots, headline=Markup(_inline_md(markdown.headline(a))), where=markdown.where(a),
-        fmt_pct=fmt_pct, num=markdown.num, autotune=markdown.autotune_text, checks_only=markdown.checks_only_text, md=lambda t: Markup(_inline_md(t)), gates=a.gates, roles=markdown.gated_roles(a),
+        a=a,
+        arms=arms,
+        plots=plots,
+        headline=Markup(_inline_md(markdown.headline(a))),
+        where=markdown.where(a),
+        fmt_pct=fmt_pct,
+        num=markdown.num,
+        autotune=markdown.autotune_text,
+        checks_only=markdown.checks_only_text,
+        md=lambda t: Markup(_inline_md(t)),
+        gates=a.gates,
+        roles=markdown.gated_roles(a),
         design=markdown.design_text(a) if a.comparison else "",
         workload=markdown.workload_text(a),
-        telemetry_header=telemetry.HEADER, telemetry_rows=telemetry.rows(a), telemetry_missing=telemetry.missing(a),
-        gemm_header=gemm.PREDICTION_HEADER, gemm_rows=gemm.prediction_rows(a.gemm_prediction, a.comparison)
-        if a.gemm_prediction else [], gemm_text=gemm.prediction_text(a.gemm_prediction, a.gemm_prediction_note),
-        sweep_header=sweep.HEADER, sweep_rows=sweep.table_rows(a), sweep_intro=sweep.INTRO)
+        telemetry_header=telemetry.HEADER,
+        telemetry_rows=telemetry.rows(a),
+        telemetry_missing=telemetry.missing(a),
+        gemm_header=gemm.PREDICTION_HEADER,
+        gemm_rows=gemm.prediction_rows(a.gemm_prediction, a.comparison) if a.gemm_prediction else [],
+        gemm_text=gemm.prediction_text(a.gemm_prediction, a.gemm_prediction_note),
+        sweep_header=sweep.HEADER,
+        sweep_rows=sweep.table_rows(a),
+        sweep_intro=sweep.INTRO,
+    )
 
 
 def _inline_md(text: str) -> str:

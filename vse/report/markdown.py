@@ -10,8 +10,12 @@ from vse.report import gemm, sweep, telemetry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
 
-_MARK = {Verdict.BETTER: "better", Verdict.WORSE: "**worse**", Verdict.NO_CHANGE: "no significant change",
-         Verdict.NOT_AVAILABLE: "n/a"}
+_MARK = {
+    Verdict.BETTER: "better",
+    Verdict.WORSE: "**worse**",
+    Verdict.NO_CHANGE: "no significant change",
+    Verdict.NOT_AVAILABLE: "n/a",
+}
 
 
 def num(x: float) -> str:
@@ -44,10 +48,15 @@ def headline(a: Analysis) -> str:
     # The gated metrics first, with their gate outcomes; then the usual exploratory few.
     by = {r.key: r for r in a.comparison}
     gated = [g for g in a.gates if g.metric and g.metric in by]
-    parts = [f"{by[g.metric].label} {fmt_pct(by[g.metric].rel_change)} (gated: {g.outcome.value.upper()})" for g in gated]
+    parts = [
+        f"{by[g.metric].label} {fmt_pct(by[g.metric].rel_change)} (gated: {g.outcome.value.upper()})" for g in gated
+    ]
     shown = {g.metric for g in gated}
-    parts += [f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
-              for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms") if k in by and k not in shown]
+    parts += [
+        f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
+        for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms")
+        if k in by and k not in shown
+    ]
     return f"**{gate_txt}**." + (" " + "; ".join(parts) + "." if parts else "")
 
 
@@ -59,15 +68,20 @@ def _why_open(r: MetricComparison) -> str:
     return f": 95% CI [{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}] from {r.n_base} + {r.n_cand} server starts"
 
 
-def comparison_table(rows: list[MetricComparison], base_label: str, cand_label: str,
-                     gated: dict[str, str] | None = None) -> str:
+def comparison_table(
+    rows: list[MetricComparison], base_label: str, cand_label: str, gated: dict[str, str] | None = None
+) -> str:
     gated = gated or {}
-    out = [f"| Metric | {base_label} | {cand_label} | Change | 95% CI | Verdict | Role |",
-           "|---|---:|---:|---:|---|---|---|"]
+    out = [
+        f"| Metric | {base_label} | {cand_label} | Change | 95% CI | Verdict | Role |",
+        "|---|---:|---:|---:|---|---|---|",
+    ]
     for r in rows:
         ci = "n/a" if not math.isfinite(r.ci_low) else f"[{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}]"
-        out.append(f"| {r.label} | {num(r.baseline)} | {num(r.candidate)} | {fmt_pct(r.rel_change)} | {ci} | "
-                   f"{_MARK[r.verdict]} | {gated.get(r.key, 'exploratory')} |")
+        out.append(
+            f"| {r.label} | {num(r.baseline)} | {num(r.candidate)} | {fmt_pct(r.rel_change)} | {ci} | "
+            f"{_MARK[r.verdict]} | {gated.get(r.key, 'exploratory')} |"
+        )
     return "\n".join(out)
 
 
@@ -100,25 +114,36 @@ def workload_text(a: Analysis) -> str:
     how many it planned first."""
     s, w = a.scenario, a.scenario.workload
     made = [a.arms[n].starts if n in a.arms else 0 for n in ("baseline", "candidate")]
-    return (f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
-            f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
-            + (f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
-               if s.run.max_server_starts else "")
-            + f", {w.repeats} run(s) per start, starts in A B B A order")
+    return (
+        f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
+        f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
+        + (
+            f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
+            if s.run.max_server_starts
+            else ""
+        )
+        + f", {w.repeats} run(s) per start, starts in A B B A order"
+    )
 
 
 def design_text(a: Analysis) -> str:
     b, c = a.arms["baseline"], a.arms["candidate"]
     nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
     sb, sc = b.starts, c.starts
-    return (f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
-            f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
-            "server starts of each start's mean run value; the interval is a Welch t-interval across server starts "
-            "(runs averaged within their start), so it covers start-to-start drift as well as run-to-run noise"
-            + (" (one start per arm: across runs instead, a quick look that misses start-to-start drift)"
-               if sb < 2 or sc < 2 else "") + ". Verdicts are exploratory (95%, no multiplicity correction); gated "
-            f"metrics are decided in the gates below at this look's alpha {a.gate_alpha:.4g} (look {a.look} of "
-            f"{a.looks}), with Holm's correction on failures.")
+    return (
+        f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
+        f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
+        "server starts of each start's mean run value; the interval is a Welch t-interval across server starts "
+        "(runs averaged within their start), so it covers start-to-start drift as well as run-to-run noise"
+        + (
+            " (one start per arm: across runs instead, a quick look that misses start-to-start drift)"
+            if sb < 2 or sc < 2
+            else ""
+        )
+        + ". Verdicts are exploratory (95%, no multiplicity correction); gated "
+        f"metrics are decided in the gates below at this look's alpha {a.gate_alpha:.4g} (look {a.look} of "
+        f"{a.looks}), with Holm's correction on failures."
+    )
 
 
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
@@ -129,11 +154,15 @@ def _arm_title(arm: ArmAnalysis, role: str) -> str:
 def render(a: Analysis) -> str:
     s = a.scenario
     b, c = a.arms.get("baseline"), a.arms.get("candidate")
-    L = [f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}", "",
-         headline(a), "",
-         f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
-         f"- Model: {a.run.get('model', s.model.describe())}",
-         f"- Workload: {workload_text(a)}"]
+    L = [
+        f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}",
+        "",
+        headline(a),
+        "",
+        f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
+        f"- Model: {a.run.get('model', s.model.describe())}",
+        f"- Workload: {workload_text(a)}",
+    ]
     if s.model.weights_are_random:
         L.append(f"- **Weights are random ({s.model.random_weights_kind})**: {s.model.random_weights_note}")
     for note in a.notes:
@@ -150,67 +179,110 @@ def render(a: Analysis) -> str:
             if arm and arm.accuracy:
                 L += [f"### {_arm_title(arm, role)}", "", arm.accuracy.table.strip(), ""]
     if a.comparison:
-        L += ["## Comparison", "",
-              comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)), "",
-              design_text(a), ""]
+        L += [
+            "## Comparison",
+            "",
+            comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)),
+            "",
+            design_text(a),
+            "",
+        ]
     if a.disturbed:
-        L += ["## Disturbed runs", "", "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
-              "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "
-              "the server's own view of it.", "", "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | "
-              "Server requests |", "|---|---:|---:|---|---|---:|---:|"]
-        L += [f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
-              f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |" for d in a.disturbed]
+        L += [
+            "## Disturbed runs",
+            "",
+            "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
+            "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "
+            "the server's own view of it.",
+            "",
+            "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | Server requests |",
+            "|---|---:|---:|---|---|---:|---:|",
+        ]
+        L += [
+            f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
+            f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |"
+            for d in a.disturbed
+        ]
         L.append("")
     if a.noise_floor:
-        L += ["## Noise floor (A/A: the baseline against itself)", "",
-              comparison_table(a.noise_floor, "A", "A again"), ""]
+        L += [
+            "## Noise floor (A/A: the baseline against itself)",
+            "",
+            comparison_table(a.noise_floor, "A", "A again"),
+            "",
+        ]
     if a.agreement:
         g = a.agreement
         if g.get("prompts"):
             lp = g["abs_logprob_diff"]
-            L += ["## Output agreement (greedy, same prompts)", "",
-                  f"- Exact match of whole outputs: {g['exact_match_rate']:.0%} of {g['prompts']} prompts",
-                  f"- Diverged: {g['diverged']}; mean first divergence at token "
-                  f"{num(g['mean_first_divergence']) if g['mean_first_divergence'] is not None else 'n/a'}",
-                  f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
-                  f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}"]
+            L += [
+                "## Output agreement (greedy, same prompts)",
+                "",
+                f"- Exact match of whole outputs: {g['exact_match_rate']:.0%} of {g['prompts']} prompts",
+                f"- Diverged: {g['diverged']}; mean first divergence at token "
+                f"{num(g['mean_first_divergence']) if g['mean_first_divergence'] is not None else 'n/a'}",
+                f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
+                f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}",
+            ]
             if g.get("degenerate"):
                 L.append(f"- **Not informative**: {g['degenerate']}")
             if a.agreement_self and a.agreement_self.get("prompts"):
                 sl = a.agreement_self["abs_logprob_diff"]
-                L.append(f"- Self-agreement (baseline, the same prompts again on its server): exact match "
-                         f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}")
+                L.append(
+                    f"- Self-agreement (baseline, the same prompts again on its server): exact match "
+                    f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}"
+                )
             L.append("")
     if a.fidelity and a.fidelity.get("candidate_sq_distance") is not None:
         f, ref = a.fidelity, a.scenario.agreement.reference
-        L += [f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)", "",
-              f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
-              f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}"
-              + (f"; ratio {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
-                 if "ratio" in f else f". Not informative: {f.get('degenerate')}."), ""]
+        L += [
+            f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)",
+            "",
+            f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
+            f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}"
+            + (
+                f"; ratio (geometric mean over texts of candidate/baseline) {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
+                if "ratio" in f
+                else f". Not informative: {f.get('degenerate')}."
+            ),
+            "",
+        ]
     if a.gates:
         L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
         L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
         L.append("")
-    L += ["## Servers", "", "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune "
-          "| Log |", "|---|---|---|---:|---|---|"]
+    L += [
+        "## Servers",
+        "",
+        "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
+        "|---|---|---|---:|---|---|",
+    ]
     for arm in (b, c):
-        for sv in (arm.servers if arm else []):
-            L.append(f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
-                     f"{checks_only_text(sv)} | {sv['requested_backend']} | "
-                     f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |")
-    L += ["", "## Measurement health", "",
-          "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "
-          "Chunks per token | Event-loop lag p99 / max (ms) |", "|---|---:|---:|---:|---|---:|---|"]
+        for sv in arm.servers if arm else []:
+            L.append(
+                f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
+                f"{checks_only_text(sv)} | {sv['requested_backend']} | "
+                f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |"
+            )
+    L += [
+        "",
+        "## Measurement health",
+        "",
+        "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "
+        "Chunks per token | Event-loop lag p99 / max (ms) |",
+        "|---|---:|---:|---:|---|---:|---|",
+    ]
     for arm in (b, c):
         if not arm:
             continue
         for k, (m, dlt, lag) in enumerate(zip(arm.repeats, arm.server_deltas, arm.loop_lag_ms)):
             dlt = dlt or {}
             srv_n = dlt.get("vllm:request_success_total")
-            L.append(f"| {arm.name} | {k + 1} | {num(m['mean_ttft_ms'])} | {num(dlt.get('server_mean_ttft_ms'))} | "
-                     f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
-                     f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |")
+            L.append(
+                f"| {arm.name} | {k + 1} | {num(m['mean_ttft_ms'])} | {num(dlt.get('server_mean_ttft_ms'))} | "
+                f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
+                f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
+            )
     L += [""] + telemetry.markdown_lines(a)
     if a.gemm:
         L += gemm.compare_section(a.gemm, s.server.max_num_seqs, a.gemm_source)

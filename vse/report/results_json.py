@@ -11,10 +11,12 @@ from typing import Any
 from vse import __version__
 from vse.analysis import Analysis
 from vse.report import sweep
+from vse.rundir.layout import RunDir
 from vse.scenario import dump
+from vse.stats import estimate as stats
 from vse.stats import metrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: arms.*.runs (every metric of every run) and raw_files (what it was computed from)
 
 
 def _clean(x: Any) -> Any:
@@ -31,37 +33,76 @@ def _clean(x: Any) -> Any:
 
 def render(a: Analysis) -> dict[str, Any]:
     arms = {}
+    w = a.scenario.workload
+    defs = stats.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
-        w = a.scenario.workload
-        vllm_results = [metrics.vllm_result_json(m, label=arm.label, model_id=a.scenario.model.served_name,
-                                                 tokenizer_id=a.run.get("model", ""), num_prompts=w.num_prompts,
-                                                 endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=False,
-                                                 date=str(a.run.get("started", "")))
-                        for m in arm.repeats]
+        vllm_results = [
+            metrics.vllm_result_json(
+                m,
+                label=arm.label,
+                model_id=a.scenario.model.served_name,
+                tokenizer_id=a.run.get("model", ""),
+                num_prompts=w.num_prompts,
+                endpoint=w.endpoint.value,
+                burstiness=w.burstiness,
+                detailed=False,
+                date=str(a.run.get("started", "")),
+            )
+            for m in arm.repeats
+        ]
         arms[name] = {
-            "label": arm.label, "backend": arm.backend, "servers": arm.servers,
-            "selected_kernels": arm.kernels, "vllm_results": vllm_results,
+            "label": arm.label,
+            "backend": arm.backend,
+            "servers": arm.servers,
+            "selected_kernels": arm.kernels,
+            "vllm_results": vllm_results,
             "vllm_block_repeat1": arm.block,
             "accuracy": dataclasses.asdict(arm.accuracy) if arm.accuracy else None,
             "accuracy_status": arm.accuracy_status,
-            "server_metrics_deltas": arm.server_deltas, "loop_lag_ms": arm.loop_lag_ms,
-            "extra_args": spec.extra_args, "whatif": spec.whatif,
+            "server_metrics_deltas": arm.server_deltas,
+            "loop_lag_ms": arm.loop_lag_ms,
+            "extra_args": spec.extra_args,
+            "whatif": spec.whatif,
             "gpu_telemetry": [t.to_json() for t in arm.telemetry],  # per repeat
+            # every run-level metric of every run (the history's rows; what the comparison's start means are made of)
+            "runs": [
+                {"server_start": d.start, "metrics": {m.key: stats.point_value(d, m) for m in defs}}
+                for d in arm.repeat_data
+            ],
         }
-    return _clean({
-        "schema_version": SCHEMA_VERSION, "suite_version": __version__,
-        "run": a.run, "run_dir": str(a.run_dir), "scenario": dump(a.scenario), "environment": a.environment,
-        "arms": arms,
-        "comparison": [dataclasses.asdict(r) for r in a.comparison],
-        "noise_floor": [dataclasses.asdict(r) for r in a.noise_floor] if a.noise_floor else None,
-        "agreement": a.agreement, "agreement_self": a.agreement_self, "fidelity": a.fidelity,
-        "design": {"server_starts": {n: arm.starts for n, arm in a.arms.items()},
-                   "look": a.look, "looks": a.looks, "gate_alpha": a.gate_alpha},
-        "disturbed_runs": a.disturbed,
-        "sweep": sweep.json_rows(a),
-        "gemm_prediction": ({"gemm_source": a.gemm_source, **a.gemm_prediction.to_json()} if a.gemm_prediction
-                            else {"gemm_source": a.gemm_source, "none": a.gemm_prediction_note} if a.gemm else None),
-        "gates": [dataclasses.asdict(g) for g in a.gates],
-        "notes": a.notes, "exit_code": a.exit_code,
-    })
+    return _clean(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "suite_version": __version__,
+            "run": a.run,
+            "run_dir": str(a.run_dir),
+            "scenario": dump(a.scenario),
+            "environment": a.environment,
+            "arms": arms,
+            "comparison": [dataclasses.asdict(r) for r in a.comparison],
+            "noise_floor": [dataclasses.asdict(r) for r in a.noise_floor] if a.noise_floor else None,
+            "agreement": a.agreement,
+            "agreement_self": a.agreement_self,
+            "fidelity": a.fidelity,
+            "design": {
+                "server_starts": {n: arm.starts for n, arm in a.arms.items()},
+                "look": a.look,
+                "looks": a.looks,
+                "gate_alpha": a.gate_alpha,
+            },
+            "disturbed_runs": a.disturbed,
+            "sweep": sweep.json_rows(a),
+            "gemm_prediction": (
+                {"gemm_source": a.gemm_source, **a.gemm_prediction.to_json()}
+                if a.gemm_prediction
+                else {"gemm_source": a.gemm_source, "none": a.gemm_prediction_note}
+                if a.gemm
+                else None
+            ),
+            "gates": [dataclasses.asdict(g) for g in a.gates],
+            "notes": a.notes,
+            "exit_code": a.exit_code,
+            "raw_files": RunDir(a.run_dir).raw_files() if a.run_dir.is_dir() else {},
+        }
+    )

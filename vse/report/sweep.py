@@ -10,8 +10,12 @@ from vse.analysis import Analysis, fmt_pct
 from vse.report.plots import plt, svg
 from vse.stats.decide import Outcome
 
-SHOWN = (("output_throughput", "Output tok/s"), ("median_itl_ms", "Median ITL (ms)"),
-         ("median_tpot_ms", "Median TPOT (ms)"), ("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)"))
+SHOWN = (
+    ("output_throughput", "Output tok/s"),
+    ("median_itl_ms", "Median ITL (ms)"),
+    ("median_tpot_ms", "Median TPOT (ms)"),
+    ("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)"),
+)
 PREDICTED = (("output_throughput", "throughput"), ("median_itl_ms", "ITL"))
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 
@@ -32,7 +36,9 @@ def _cell(p: Analysis, key: str) -> str:
     m = _metric(p, key)
     if m is None:
         return "n/a"
-    return f"{m.baseline:,.1f} / {m.candidate:,.1f} ({fmt_pct(m.rel_change)} [{fmt_pct(m.ci_low)}, {fmt_pct(m.ci_high)}])"
+    return (
+        f"{m.baseline:,.1f} / {m.candidate:,.1f} ({fmt_pct(m.rel_change)} [{fmt_pct(m.ci_low)}, {fmt_pct(m.ci_high)}])"
+    )
 
 
 def _gates(p: Analysis) -> str:
@@ -42,8 +48,15 @@ def _gates(p: Analysis) -> str:
 
 def _verdict(p: Analysis) -> str:
     outs = {g.outcome for g in p.gates}
-    word = ("FAIL" if Outcome.FAIL in outs else "INCONCLUSIVE" if Outcome.INCONCLUSIVE in outs
-            else "PASS" if p.complete else "incomplete")
+    word = (
+        "FAIL"
+        if Outcome.FAIL in outs
+        else "INCONCLUSIVE"
+        if Outcome.INCONCLUSIVE in outs
+        else "PASS"
+        if p.complete
+        else "incomplete"
+    )
     return f"{word} (exit {p.exit_code})"
 
 
@@ -56,10 +69,12 @@ def _predicted(p: Analysis) -> str:
 
 
 HEADER = ["Load point", *(label for _, label in SHOWN), "GEMMs alone predict", "Performance gates", "Verdict", "Report"]
-INTRO = ("Each point is a comparison with its own verdict on the performance gates (accuracy and agreement are "
-         "the server's, checked once at the scenario's own point); the run's exit code is the worst point's. "
-         "Cells: baseline / candidate (change [95% CI]). \"GEMMs alone predict\": the change the run's FP8 GEMM "
-         "timings predict from each point's own engine steps (n/a without make gemm-bench timings).")
+INTRO = (
+    "Each point is a comparison with its own verdict on the performance gates (accuracy and agreement are "
+    "the server's, checked once at the scenario's own point); the run's exit code is the worst point's. "
+    'Cells: baseline / candidate (change [95% CI]). "GEMMs alone predict": the change the run\'s FP8 GEMM '
+    "timings predict from each point's own engine steps (n/a without make gemm-bench timings)."
+)
 
 
 def _label(label: str, p: Analysis) -> str:
@@ -72,23 +87,40 @@ def _label(label: str, p: Analysis) -> str:
 
 
 def table_rows(a: Analysis) -> list[list[str]]:
-    return [[_label(label, p), *(_cell(p, k) for k, _ in SHOWN), _predicted(p), _gates(p), _verdict(p),
-             "this report" if p is a else f"{p.run_dir.relative_to(a.run_dir)}/summary.md"] for label, p in points(a)]
+    return [
+        [
+            _label(label, p),
+            *(_cell(p, k) for k, _ in SHOWN),
+            _predicted(p),
+            _gates(p),
+            _verdict(p),
+            "this report" if p is a else f"{p.run_dir.relative_to(a.run_dir)}/summary.md",
+        ]
+        for label, p in points(a)
+    ]
 
 
 def markdown_lines(a: Analysis) -> list[str]:
     rows = table_rows(a)
     if not rows:
         return []
-    L = ["## Load sweep (same server starts, one comparison per point)", "", INTRO, "",
-         "| " + " | ".join(HEADER) + " |", "|---" * len(HEADER) + "|"]
+    L = [
+        "## Load sweep (same server starts, one comparison per point)",
+        "",
+        INTRO,
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|---" * len(HEADER) + "|",
+    ]
     return L + ["| " + " | ".join(r) + " |" for r in rows] + [""]
 
 
 def plot_svg(a: Analysis) -> str | None:
     """Output throughput against median TPOT per arm, one marker per load point."""
     xp = [(label.split(" ")[0].split("=")[1], p) for label, p in points(a)]
-    pts = [(x, p, m, t) for x, p in xp if (m := _metric(p, "output_throughput")) and (t := _metric(p, "median_tpot_ms"))]
+    pts = [
+        (x, p, m, t) for x, p in xp if (m := _metric(p, "output_throughput")) and (t := _metric(p, "median_tpot_ms"))
+    ]
     if not pts:
         return None
     pts.sort(key=lambda r: r[2].baseline)
@@ -109,10 +141,26 @@ def plot_svg(a: Analysis) -> str | None:
 def json_rows(a: Analysis) -> list[dict[str, Any]]:
     rows = []
     for label, p in points(a):
-        rows.append({"point": label, "run_dir": str(p.run_dir), "exit_code": p.exit_code,
-                     "gates": [{"name": g.name, "metric": g.metric, "outcome": g.outcome.value, "detail": g.detail}
-                               for g in p.gates],
-                     "metrics": {k: {"baseline": m.baseline, "candidate": m.candidate, "rel_change": m.rel_change,
-                                     "ci": [m.ci_low, m.ci_high]} for k, _ in SHOWN if (m := _metric(p, k))},
-                     "gemm_predicted_pct": p.gemm_prediction.predicted_pct if p.gemm_prediction else None})
+        rows.append(
+            {
+                "point": label,
+                "run_dir": str(p.run_dir),
+                "exit_code": p.exit_code,
+                "gates": [
+                    {"name": g.name, "metric": g.metric, "outcome": g.outcome.value, "detail": g.detail}
+                    for g in p.gates
+                ],
+                "metrics": {
+                    k: {
+                        "baseline": m.baseline,
+                        "candidate": m.candidate,
+                        "rel_change": m.rel_change,
+                        "ci": [m.ci_low, m.ci_high],
+                    }
+                    for k, _ in SHOWN
+                    if (m := _metric(p, k))
+                },
+                "gemm_predicted_pct": p.gemm_prediction.predicted_pct if p.gemm_prediction else None,
+            }
+        )
     return rows

@@ -9,8 +9,18 @@ import math
 from vse.analysis import Analysis, ArmAnalysis
 from vse.stats.telemetry import TelemetryStatus
 
-HEADER = ["Arm", "Run", "Server start", "Energy (kJ)", "mJ / output token", "Mean power (W)",
-          "SM clock mean / min (MHz)", "Max temp (C)", "Mean util (%)", "Clock-event reasons (share of busy samples)"]
+HEADER = [
+    "Arm",
+    "Run",
+    "Server start",
+    "Energy (kJ)",
+    "mJ / output token",
+    "Mean power (W)",
+    "SM clock mean / min (MHz)",
+    "Max temp (C)",
+    "Mean util (%)",
+    "Clock-event reasons (share of busy samples)",
+]
 
 
 def _f(x: float | None, fmt: str = ".1f") -> str:
@@ -26,15 +36,22 @@ def rows(a: Analysis) -> list[list[str]]:
             e = t.energy_j
             tok = float(d.out_tokens.sum())
             gs = t.gpus
-            out.append([arm.name, str(k + 1), str(d.start + 1), _f(e / 1000 if e is not None else None, ".2f"),
-                        _f(1000 * e / tok if e is not None and tok else None, ".2f"),
-                        _f(sum(g.power_w_mean for g in gs), ".0f"),
-                        f"{_f(sum(g.sm_clock_mhz_mean for g in gs) / len(gs), '.0f')} / "
-                        f"{_f(min(g.sm_clock_mhz_min for g in gs), '.0f')}",
-                        _f(max(g.temperature_c_max for g in gs), ".0f"),
-                        _f(sum(g.utilization_pct_mean for g in gs) / len(gs), ".0f"),
-                        ", ".join(f"{r} {t.share(r):.0%}" for r in sorted({r for g in gs for r in g.clock_event_reasons}))
-                        or "none"])
+            out.append(
+                [
+                    arm.name,
+                    str(k + 1),
+                    str(d.start + 1),
+                    _f(e / 1000 if e is not None else None, ".2f"),
+                    _f(1000 * e / tok if e is not None and tok else None, ".2f"),
+                    _f(sum(g.power_w_mean for g in gs), ".0f"),
+                    f"{_f(sum(g.sm_clock_mhz_mean for g in gs) / len(gs), '.0f')} / "
+                    f"{_f(min(g.sm_clock_mhz_min for g in gs), '.0f')}",
+                    _f(max(g.temperature_c_max for g in gs), ".0f"),
+                    _f(sum(g.utilization_pct_mean for g in gs) / len(gs), ".0f"),
+                    ", ".join(f"{r} {t.share(r):.0%}" for r in sorted({r for g in gs for r in g.clock_event_reasons}))
+                    or "none",
+                ]
+            )
     return out
 
 
@@ -52,9 +69,11 @@ def markdown_lines(a: Analysis) -> list[str]:
     r = rows(a)
     if not r:
         return []
-    return (["## GPU telemetry (NVML, sampled every run)", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-            + ["| " + " | ".join(x) + " |" for x in r] + [""])
+    return (
+        ["## GPU telemetry (NVML, sampled every run)", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        + ["| " + " | ".join(x) + " |" for x in r]
+        + [""]
+    )
 
 
 def plot(arms: list[ArmAnalysis], colors: dict[str, str]):
@@ -68,7 +87,9 @@ def plot(arms: list[ArmAnalysis], colors: dict[str, str]):
     for arm, k, s in series:
         for g, d in sorted(s.items()):
             lbl = f"{arm.name} run {k + 1}" + (f" GPU {g}" if len(s) > 1 else "")
-            axes[0].plot(d["t"], d["power_w"], color=colors[arm.name], alpha=0.5, lw=0.8, label=lbl if g == min(s) else None)
+            axes[0].plot(
+                d["t"], d["power_w"], color=colors[arm.name], alpha=0.5, lw=0.8, label=lbl if g == min(s) else None
+            )
             axes[1].plot(d["t"], d["sm_mhz"], color=colors[arm.name], alpha=0.5, lw=0.8)
     axes[0].set_title("GPU power (W) over each run")
     axes[1].set_title("SM clock (MHz) over each run")

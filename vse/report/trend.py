@@ -13,8 +13,13 @@ import sqlalchemy as sa
 from vse.history import changepoint
 from vse.history import store as history
 
-METRICS = ("output_throughput", "tmean_itl_token_ms", "median_ttft_first_wave_ms", "median_tpot_ms",
-           "energy_per_output_token_mj")
+METRICS = (
+    "output_throughput",
+    "tmean_itl_token_ms",
+    "median_ttft_first_wave_ms",
+    "median_tpot_ms",
+    "energy_per_output_token_mj",
+)
 
 
 @dataclass
@@ -49,21 +54,36 @@ def _noise(s: Series) -> str:
 
 
 def _changes(s: Series) -> str:
-    return "; ".join(f"{'**regression**' if c in s.regressions() else 'change'} {100 * c.rel:+.2f}% from "
-                     f"{s.points[c.index].run}" for c in s.detection.changes) or "none"
+    return (
+        "; ".join(
+            f"{'**regression**' if c in s.regressions() else 'change'} {100 * c.rel:+.2f}% from {s.points[c.index].run}"
+            for c in s.detection.changes
+        )
+        or "none"
+    )
 
 
 def markdown(series: list[Series]) -> str:
-    L = ["# Trend", "", "| Series | Metric | Nights | Latest | Noise (night sd) | Detector | Changes | Outlier nights |",
-         "|---|---|---:|---:|---:|---|---|---|"]
+    L = [
+        "# Trend",
+        "",
+        "| Series | Metric | Nights | Latest | Noise (night sd) | Detector | Changes | Outlier nights |",
+        "|---|---|---:|---:|---:|---|---|---|",
+    ]
     for s in series:
-        L.append(f"| {s.key.title()} | {s.metric} | {len(s.points)} | {s.points[-1].value:,.2f} | "
-                 f"{_noise(s)} | {s.detection.method.value} | {_changes(s)} | "
-                 f"{', '.join(s.points[i].run for i in s.detection.outliers) or 'none'} |")
+        L.append(
+            f"| {s.key.title()} | {s.metric} | {len(s.points)} | {s.points[-1].value:,.2f} | "
+            f"{_noise(s)} | {s.detection.method.value} | {_changes(s)} | "
+            f"{', '.join(s.points[i].run for i in s.detection.outliers) or 'none'} |"
+        )
     methods = sorted({s.detection.method.value for s in series})
-    L += ["", f"Change points: {', '.join(methods) or 'none'}; a change is kept when it moves the level by at least "
-          f"{changepoint.NOISE_K:g} night-to-night sds and {100 * changepoint.MIN_REL:g}%, and lasts two nights or more; "
-          "a night far from both sides is an outlier, not a change.", ""]
+    L += [
+        "",
+        f"Change points: {', '.join(methods) or 'none'}; a change is kept when it moves the level by at least "
+        f"{changepoint.NOISE_K:g} night-to-night sds and {100 * changepoint.MIN_REL:g}%, and lasts two nights or more; "
+        "a night far from both sides is an outlier, not a change.",
+        "",
+    ]
     return "\n".join(L)
 
 
@@ -83,9 +103,10 @@ def _plot(s: Series) -> str:
 
 
 def html(series: list[Series]) -> str:
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Trend</title><style>body{font-family:sans-serif;"
-             "max-width:1100px;margin:auto}</style></head><body><h1>Trend</h1>",
-             "<pre>" + html_lib.escape(markdown(series)) + "</pre>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Trend</title><style>body{font-family:sans-serif;"
+        "max-width:1100px;margin:auto}</style></head><body><h1>Trend</h1>",
+        "<pre>" + html_lib.escape(markdown(series)) + "</pre>",
+    ]
     parts += [f"<div>{_plot(s)}</div>" for s in series]
     return "\n".join(parts + ["</body></html>"])
-

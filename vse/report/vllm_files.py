@@ -8,10 +8,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 
 from vse.analysis import Analysis
 from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.layout import RunDir
 from vse.stats import estimate as stats
 from vse.stats import metrics
 
@@ -21,13 +21,23 @@ CSV_FIELDS = ("run", "arm", "label", "backend", "repeat", "server_start", "metri
 def write(a: Analysis, detailed: bool = False) -> None:
     w = a.scenario.workload
     for name, arm in a.arms.items():
-        out = Path(a.run_dir) / name / "vllm"
+        out = RunDir(a.run_dir).arm(name)
         for k, m in enumerate(arm.repeats_detailed):
-            write_json(out / f"bench-{k}.json", metrics.vllm_result_json(
-                m, label=arm.label, model_id=a.scenario.model.served_name, tokenizer_id=a.run.get("model", ""),
-                num_prompts=w.num_prompts, endpoint=w.endpoint.value, burstiness=w.burstiness, detailed=detailed,
-                date=str(a.run.get("started", ""))))
-    atomic_write_text(Path(a.run_dir) / "results.csv", csv_text(a))
+            write_json(
+                out.vllm_result(k),
+                metrics.vllm_result_json(
+                    m,
+                    label=arm.label,
+                    model_id=a.scenario.model.served_name,
+                    tokenizer_id=a.run.get("model", ""),
+                    num_prompts=w.num_prompts,
+                    endpoint=w.endpoint.value,
+                    burstiness=w.burstiness,
+                    detailed=detailed,
+                    date=str(a.run.get("started", "")),
+                ),
+            )
+    atomic_write_text(RunDir(a.run_dir).results_csv, csv_text(a))
 
 
 def csv_text(a: Analysis) -> str:

@@ -1,15 +1,7 @@
 """The run directory: raw data only, written atomically, never overwritten, with a status
 file that says whether the run finished. Reports are rebuilt from it at any time.
 
-Layout:
-  run.json               status, scenario name, backend, timestamps, exit reason
-  scenario.yaml          the resolved scenario (after overrides)
-  environment.json       GPU, driver, CUDA, vLLM, torch, FlashInfer, lm-eval, git commit, host
-  <arm>/server-<n>.log   each server's log; <arm>/servers.json the kernel each selected
-  <arm>/bench-<k>.jsonl  raw per-request records of repeat k; bench-<k>.meta.json its settings
-  <arm>/prompts.jsonl    the prompts sent (identical across arms for one seed)
-  <arm>/accuracy/        lm-eval results JSON, samples, table
-  <arm>/agreement.jsonl  per-prompt greedy outputs with top logprobs
+The layout (every file name) is vse/rundir/layout.py.
 """
 
 from __future__ import annotations
@@ -137,8 +129,11 @@ print(json.dumps(out))
 def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) -> dict[str, Any]:
     """Versions that decide what a number means: recorded once per run, per arm's vLLM."""
     env: dict[str, Any] = {
-        "host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-        "cpu_count": os.cpu_count(), "captured": _now(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "captured": _now(),
         "suite_git_commit": _cmd(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
         # An image built from docker/ carries its commit (OCI revision label, and this variable).
         "image_revision": os.environ.get("VSE_IMAGE_REVISION"),
@@ -147,6 +142,7 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
     }
     try:
         import importlib.metadata as md
+
         env["lm_eval"] = md.version("lm_eval")
     except Exception:
         env["lm_eval"] = None
@@ -155,5 +151,3 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
         text = _cmd([py, "-c", _VERSIONS_PY], timeout=120) if py else None
         env["arms"][arm] = json.loads(text.splitlines()[-1]) if text else {}
     return env
-
-

@@ -8,12 +8,17 @@ import shutil
 import tarfile
 from pathlib import Path
 
-REPORTS = ("summary.md", "results.json", "report.html")
+from vse.rundir.layout import RunDir
+
+_NAMES = RunDir(Path("."))
+REPORTS = (_NAMES.summary.name, _NAMES.results.name, _NAMES.html.name)
 
 
 def is_packed(path: Path) -> bool:
     """A committed example still packed (an unpacked copy keeps raw.tar.xz beside its records)."""
-    return (Path(path) / "raw.tar.xz").is_file() and not any(Path(path).glob("*/bench-*.jsonl"))
+    return (Path(path) / "raw.tar.xz").is_file() and not any(
+        RunDir(path).arm(d.name).record_files() for d in Path(path).iterdir() if d.is_dir()
+    )
 
 
 def unpack(example: Path, dest: Path, name: str | None = None) -> Path:

@@ -10,6 +10,7 @@ from typing import Any
 
 from vse.errors import DamagedRunError
 from vse.rundir.files import read_json
+from vse.rundir.layout import ArmDir
 from vse.rundir.records import RequestRecord, read_jsonl
 from vse.stats import metrics
 
@@ -26,15 +27,14 @@ def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
     a missing one is a damaged run, refused with the file named (a run silently left out moved
     every figure while the verdict stayed PASS). An interrupted run may end with records whose meta
     was never written: that last run is left out."""
-    num = lambda p: int(p.name.split("-")[1].split(".")[0])
-    metas = {num(p): p for p in arm_dir.glob("bench-*.meta.json")}
-    records = {num(p): p for p in arm_dir.glob("bench-*.jsonl") if not p.name.endswith(".gpu.jsonl")}
+    arm = ArmDir(arm_dir)
+    metas, records = arm.metas(), arm.record_files()
     if complete:
         for k in sorted(set(metas) ^ set(records)):
-            have, missing = ((records[k], f"bench-{k}.meta.json") if k in records else
-                             (metas[k], f"bench-{k}.jsonl"))
-            raise DamagedRunError(f"{have}: its {missing} is missing; the run directory is damaged (the run "
-                                  "said it completed)")
+            have, missing = (records[k], arm.meta(k).name) if k in records else (metas[k], arm.records(k).name)
+            raise DamagedRunError(
+                f"{have}: its {missing} is missing; the run directory is damaged (the run said it completed)"
+            )
     out = []
     for k in sorted(metas):
         if k in records:
@@ -49,5 +49,6 @@ def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
 def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
     m = r.meta
     rate = m.get("request_rate")
-    return metrics.compute(r.records, w_percentiles, goodput, m.get("max_concurrency"),
-                           math.inf if rate is None else rate)
+    return metrics.compute(
+        r.records, w_percentiles, goodput, m.get("max_concurrency"), math.inf if rate is None else rate
+    )

@@ -114,6 +114,7 @@ def read_jsonl(path: Path) -> list[RequestRecord]:
                 try:
                     out.append(RequestRecord(**json.loads(line)))
                 except (ValueError, TypeError) as e:
-                    raise DamagedRunError(f"{path}: line {n} is not a request record ({str(e)[:120]}); the run "
-                                          "directory is damaged") from None
+                    raise DamagedRunError(
+                        f"{path}: line {n} is not a request record ({str(e)[:120]}); the run directory is damaged"
+                    ) from None
     return out

@@ -10,22 +10,23 @@ from typing import Callable
 from vse.errors import SuiteError
 from vse.loadgen.datasets import Prompt, load_prompts
 from vse.rundir.files import read_json
+from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
 
 
 def starts_done(run_dir: Path, arm: str) -> int:
     """Server starts of this arm with at least one finished run (a resumed run goes on after them)."""
-    return len({read_json(p).get("server_start", 0) for p in (run_dir / arm).glob("bench-*.meta.json")})
+    return len({read_json(p).get("server_start", 0) for p in RunDir(run_dir).arm(arm).metas().values()})
 
 
 def check_files(run_dir: Path, s: Scenario, arm: str) -> list[Path]:
     """What an arm's checks leave behind, each file written whole: the reference's scores; an arm's
     accuracy status, agreement probes (the baseline's twice) and scores."""
-    d, a = run_dir / arm, s.agreement
-    files = [d / "accuracy" / "status.json"] if s.accuracy.enabled and arm != "reference" else []
+    d, a = RunDir(run_dir).arm(arm), s.agreement
+    files = [d.accuracy_status] if s.accuracy.enabled and arm != "reference" else []
     if a.enabled:
-        probes = {"reference": [], "baseline": ["agreement.jsonl", "agreement-self.jsonl"]}.get(arm, ["agreement.jsonl"])
-        files += [d / f for f in probes] + ([d / "scores.jsonl"] if a.reference is not None else [])
+        probes = {"reference": [], "baseline": [d.agreement, d.agreement_self]}.get(arm, [d.agreement])
+        files += probes + ([d.scores] if a.reference is not None else [])
     return files
 
 
@@ -35,24 +36,24 @@ def checks_saved(run_dir: Path, s: Scenario, arm: str) -> bool:
 
 def mean_run_s(run_dir: Path, arm: str) -> float:
     """Seconds of the arm's measured runs, on average (0 before its first)."""
-    metas = [read_json(p) for p in (run_dir / arm).glob("bench-*.meta.json")]
+    metas = [read_json(p) for p in RunDir(run_dir).arm(arm).metas().values()]
     return sum((m.get("ended_ns", 0) - m.get("started_ns", 0)) / 1e9 for m in metas) / len(metas) if metas else 0.0
 
 
 def check_reusable(s: Scenario, arm: str, src_run: Path, prompts_for: Callable[[int], list[Prompt]]) -> None:
     """Refuses, before any server starts, another run's arm that would not be comparable."""
-    src = Path(src_run) / arm
+    run = RunDir(src_run)
+    src = run.arm(arm)
     var = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}[arm]  # as the Makefile spells it
-    if not (src / "servers.json").is_file():
+    if not src.servers.is_file():
         raise SuiteError(f"{var}={src_run}: no finished {arm} arm there")
-    ks = sorted(int(p.name.split("-")[1].split(".")[0]) for p in src.glob("bench-*.meta.json"))
-    src_prompts = Path(src_run) / "prompts"
-    if not ks or any(not (src_prompts / f"prompts-{k}.jsonl").is_file() or
-                     load_prompts(src_prompts / f"prompts-{k}.jsonl") != prompts_for(k) for k in ks):
-        raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; "
-                         "the arms would not be comparable")
+    ks = sorted(src.metas())
+    if not ks or any(not run.prompts(k).is_file() or load_prompts(run.prompts(k)) != prompts_for(k) for k in ks):
+        raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; the arms would not be comparable")
     want = getattr(s.arms, arm).backend.value
-    got = {sv.get("requested_backend") for sv in read_json(src / "servers.json")}
+    got = {sv.get("requested_backend") for sv in read_json(src.servers)}
     if got != {want}:
-        raise SuiteError(f"{var}={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
-                         f"this scenario's {arm} is {want}")
+        raise SuiteError(
+            f"{var}={src_run}: its {arm} arm ran backend {', '.join(sorted(map(str, got)))}, "
+            f"this scenario's {arm} is {want}"
+        )

@@ -47,16 +47,28 @@ REGISTRY: dict[Backend, BackendSpec] = {
     Backend.AUTO: BackendSpec(Backend.AUTO, "auto", None, (), None),
     Backend.NONE: BackendSpec(Backend.NONE, None, None, (), None),
     Backend.CUTLASS: BackendSpec(
-        Backend.CUTLASS, "cutlass", CUTLASS_KERNEL, _others(CUTLASS_KERNEL), (8, 9),
+        Backend.CUTLASS,
+        "cutlass",
+        CUTLASS_KERNEL,
+        _others(CUTLASS_KERNEL),
+        (8, 9),
         "vLLM's CUTLASS FP8 scaled-mm needs compute capability 8.9+ (Ada, Hopper, Blackwell)",
     ),
     Backend.FLASHINFER: BackendSpec(
-        Backend.FLASHINFER, "flashinfer_cutlass", FLASHINFER_KERNEL, _others(FLASHINFER_KERNEL), (10, 0),
+        Backend.FLASHINFER,
+        "flashinfer_cutlass",
+        FLASHINFER_KERNEL,
+        _others(FLASHINFER_KERNEL),
+        (10, 0),
         "vLLM's FlashInfer per-tensor FP8 GEMM (FlashInferFP8ScaledMMLinearKernel) needs compute "
         "capability 10.0+ (Blackwell)",
     ),
     Backend.TORCH: BackendSpec(
-        Backend.TORCH, "torch", TORCH_KERNEL, _others(TORCH_KERNEL), (8, 9),
+        Backend.TORCH,
+        "torch",
+        TORCH_KERNEL,
+        _others(TORCH_KERNEL),
+        (8, 9),
         "torch._scaled_mm FP8 needs compute capability 8.9+",
     ),
 }

@@ -10,9 +10,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # Counters and histograms whose before/after difference describes one benchmark repeat.
 DELTA_FAMILIES = (
-    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds", "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
-    "vllm:request_success", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:num_preemptions",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:request_success",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
     "vllm:iteration_tokens_total",  # tokens per engine step: the M the linear layers ran (vse/gemm/predict.py)
 )
 # Gauges: only their value at the end (or peak, where sampled) means anything.
@@ -43,8 +50,11 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
             d[k] = v - before.get(k, 0.0)
         elif base in GAUGES:
             d[k] = v
-    for fam, short in (("vllm:time_to_first_token_seconds", "ttft"), ("vllm:inter_token_latency_seconds", "itl"),
-                       ("vllm:e2e_request_latency_seconds", "e2el")):
+    for fam, short in (
+        ("vllm:time_to_first_token_seconds", "ttft"),
+        ("vllm:inter_token_latency_seconds", "itl"),
+        ("vllm:e2e_request_latency_seconds", "e2el"),
+    ):
         n, s = d.get(fam + "_count", 0.0), d.get(fam + "_sum", 0.0)
         if n:
             d[f"server_mean_{short}_ms"] = s / n * 1000.0

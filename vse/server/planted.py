@@ -31,7 +31,7 @@ def server_env(plugin_path: str, spec: ArmSpec, environ: dict[str, str]) -> dict
 def applied_line(log_text: str) -> str | None:
     for line in log_text.splitlines():
         if APPLIED in line:
-            return line[line.index(APPLIED):].strip()
+            return line[line.index(APPLIED) :].strip()
     return None
 
 
@@ -39,8 +39,10 @@ def check_applied(arm: str, log_text: str, log_path: Path) -> str:
     """The plugin's own line, or one clear error: the slowdown was asked for and never ran."""
     line = applied_line(log_text)
     if line is None:
-        raise SuiteError(f"{arm}: planted_slowdown was asked for but never ran: no '{APPLIED}' line after the "
-                         f"first run (log: {log_path}); this vLLM's model runner was not patched")
+        raise SuiteError(
+            f"{arm}: planted_slowdown was asked for but never ran: no '{APPLIED}' line after the "
+            f"first run (log: {log_path}); this vLLM's model runner was not patched"
+        )
     return line
 
 
@@ -48,6 +50,8 @@ def describe(spec: ArmSpec) -> str:
     p = spec.planted_slowdown
     if p is None:
         return ""
-    parts = [f"+{p.gpu_ms_per_step:g} ms GPU" if p.gpu_ms_per_step else "",
-             f"+{p.cpu_ms_per_step:g} ms CPU" if p.cpu_ms_per_step else ""]
+    parts = [
+        f"+{p.gpu_ms_per_step:g} ms GPU" if p.gpu_ms_per_step else "",
+        f"+{p.cpu_ms_per_step:g} ms CPU" if p.cpu_ms_per_step else "",
+    ]
     return " and ".join(x for x in parts if x) + f" per {'engine' if p.steps == 'all' else p.steps} step"

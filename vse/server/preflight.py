@@ -30,7 +30,10 @@ def query_gpus() -> list[Gpu]:
         return []
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.used,memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=30)
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if out.returncode != 0:
         return []
     gpus = []
@@ -48,7 +51,10 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
             continue
         min_cc, why = s.min_compute_capability, s.why_min_cc
         if arm.whatif:  # the suite's plugin lifts vLLM's gate down to what FlashInfer's GEMM runs on
-            min_cc, why = whatif.MIN_CC, f"the what-if FlashInfer arm needs compute capability {'%d.%d' % whatif.MIN_CC}+"
+            min_cc, why = (
+                whatif.MIN_CC,
+                f"the what-if FlashInfer arm needs compute capability {'%d.%d' % whatif.MIN_CC}+",
+            )
         need = "%d.%d" % min_cc
         if scenario.server.device != Device.CUDA or not gpus:
             raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; no NVIDIA GPU is visible here")
@@ -56,11 +62,16 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
         if low:
             g = low[0]
             have = "%d.%d" % g.compute_capability
-            hint = ("; WHATIF=1 runs it anyway as a labelled what-if through the suite's plugin"
-                    if arm.backend == backends.Backend.FLASHINFER and not arm.whatif and g.compute_capability >= whatif.MIN_CC
-                    else "")
-            raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; this GPU ({g.name}) is "
-                                   f"{have} < {need}{hint}")
+            hint = (
+                "; WHATIF=1 runs it anyway as a labelled what-if through the suite's plugin"
+                if arm.backend == backends.Backend.FLASHINFER
+                and not arm.whatif
+                and g.compute_capability >= whatif.MIN_CC
+                else ""
+            )
+            raise UnsupportedError(
+                f"{arm_name} backend {arm.backend.value}: {why}; this GPU ({g.name}) is {have} < {need}{hint}"
+            )
 
 
 _QUIET = ("WARNING", "WARN", "ERROR", "CRITICAL")
@@ -76,10 +87,17 @@ def check_log_level(scenario: Scenario, environ: dict[str, str] | None = None) -
     for where, arm_env in ((f"{'agreement' if n == 'reference' else 'arms'}.{n}.env", a.env) for n, a in arms.items()):
         level = {**env, **scenario.server.env, **arm_env}.get("VLLM_LOGGING_LEVEL", "INFO").upper()
         if level in _QUIET:
-            src = (where if "VLLM_LOGGING_LEVEL" in arm_env else
-                   "server.env" if "VLLM_LOGGING_LEVEL" in scenario.server.env else "the environment")
-            raise PreflightError(f"VLLM_LOGGING_LEVEL={level} (from {src}) hides vLLM's INFO line that names the "
-                                 "selected FP8 kernel, so the kernel check could not run; use INFO or DEBUG")
+            src = (
+                where
+                if "VLLM_LOGGING_LEVEL" in arm_env
+                else "server.env"
+                if "VLLM_LOGGING_LEVEL" in scenario.server.env
+                else "the environment"
+            )
+            raise PreflightError(
+                f"VLLM_LOGGING_LEVEL={level} (from {src}) hides vLLM's INFO line that names the "
+                "selected FP8 kernel, so the kernel check could not run; use INFO or DEBUG"
+            )
 
 
 def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -> None:
@@ -90,8 +108,10 @@ def check_gpu_count(scenario: Scenario, gpus: list[Gpu], busy_mib: int = 2048) -
     if len(gpus) < tp:
         raise UnsupportedError(f"server.tensor_parallel_size={tp} needs {tp} GPUs; {len(gpus)} visible")
     if len(free) < tp:
-        raise PreflightError(f"server.tensor_parallel_size={tp} needs {tp} free GPUs; {len(free)} of {len(gpus)} "
-                             f"have under {busy_mib} MiB in use")
+        raise PreflightError(
+            f"server.tensor_parallel_size={tp} needs {tp} free GPUs; {len(free)} of {len(gpus)} "
+            f"have under {busy_mib} MiB in use"
+        )
 
 
 def check_port(scenario: Scenario) -> None:

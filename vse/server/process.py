@@ -91,16 +91,22 @@ class ServerConfig:
     def args(self) -> list[str]:
         s = self.server
         a = ["--served-model-name", self.served_name, "--tensor-parallel-size", str(s.tensor_parallel_size)]
-        for flag, value in (("--max-model-len", s.max_model_len), ("--max-num-batched-tokens", s.max_num_batched_tokens),
-                            ("--max-num-seqs", s.max_num_seqs), ("--dtype", s.dtype),
-                            ("--gpu-memory-utilization", s.gpu_memory_utilization)):
+        for flag, value in (
+            ("--max-model-len", s.max_model_len),
+            ("--max-num-batched-tokens", s.max_num_batched_tokens),
+            ("--max-num-seqs", s.max_num_seqs),
+            ("--dtype", s.dtype),
+            ("--gpu-memory-utilization", s.gpu_memory_utilization),
+        ):
             if value is not None:
                 a += [flag, str(value)]
         if self.load_format != "auto":
             a += ["--load-format", self.load_format]
         sel_args, _ = backends.selection_args(self.spec.backend, has_linear_backend_flag=s.linear_backend_flag)
         if self.spec.autotune is not None:
-            sel_args = sel_args + ["--enable-flashinfer-autotune" if self.spec.autotune else "--no-enable-flashinfer-autotune"]
+            sel_args = sel_args + [
+                "--enable-flashinfer-autotune" if self.spec.autotune else "--no-enable-flashinfer-autotune"
+            ]
         return a + sel_args + list(s.extra_args) + list(self.spec.extra_args)
 
     def api_key(self) -> str | None:
@@ -137,6 +143,7 @@ def die_with_parent() -> None:
     PR_SET_PDEATHSIG), so no vLLM server is orphaned; its engine core follows its parent."""
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -166,8 +173,14 @@ def _watchdog(pgid: int) -> None:
     """A tiny process that kills the server's whole group if the suite dies without stopping it:
     the parent-death signal reaches the API server only, not its engine core and workers."""
     import sys
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid)], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def group_members(pgid: int) -> list[int]:
@@ -195,8 +208,11 @@ def root_cause(log_text: str) -> str | None:
     """The most telling line of a dead server's log: the last exception or argparse error. Lines
     logged as warnings are not causes (vLLM warns "OSError: [Errno 24] Too many open files ...
     Consider increasing with ulimit -n" at every start)."""
-    hits = [m.group(1).strip() for line in log_text.splitlines()
-            if not _WARNING_RE.search(line) and not _RAISE_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))]
+    hits = [
+        m.group(1).strip()
+        for line in log_text.splitlines()
+        if not _WARNING_RE.search(line) and not _RAISE_RE.search(line) and (m := _ROOT_CAUSE_RE.search(line))
+    ]
     # vLLM's API server ends with "Engine core initialization failed. See root cause above": the
     # engine core's own exception before it is the cause (e.g. /dev/shm too small in a container).
     # Likewise "EngineDeadError: EngineCore encountered an issue. See stack trace (above)" after a
@@ -246,7 +262,11 @@ class VllmServer:
         self.port = self.cfg.port or self.cfg.server.port or free_port(self.host)
         if not port_is_free(self.host, self.port):
             raise PreflightError(f"port {self.port} on {self.host} is in use")
-        self.argv = launcher(self.cfg.install()) + [self.cfg.model, "--host", self.host, "--port", str(self.port)] + self.cfg.args()
+        self.argv = (
+            launcher(self.cfg.install())
+            + [self.cfg.model, "--host", self.host, "--port", str(self.port)]
+            + self.cfg.args()
+        )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         secrets = env_secrets(self.cfg.server.env, self.cfg.spec.env, api_key_env=self.cfg.server.api_key_env)
@@ -254,8 +274,15 @@ class VllmServer:
         log.flush()
         self.started_at = time.monotonic()
         # Own process group: teardown signals the whole tree (engine core, TP workers).
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.cfg.env(), start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.cfg.env(),
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         log.close()
         _LIVE.add(self)
         _watchdog(self.proc.pid)
@@ -272,8 +299,10 @@ class VllmServer:
 
     def _died(self) -> ServerError:
         cause = self._cause()
-        return ServerError(f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
-                           f"{cause} (log: {self.log_path})")
+        return ServerError(
+            f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
+            f"{cause} (log: {self.log_path})"
+        )
 
     def wait_healthy(self, timeout_s: float, on_tick=None) -> float:
         deadline = time.monotonic() + timeout_s
@@ -298,8 +327,9 @@ class VllmServer:
         deadline = time.monotonic() + grace_s
         while self.proc is not None:
             if self.proc.poll() is not None:
-                raise ServerError(f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} "
-                                  f"(log: {self.log_path})")
+                raise ServerError(
+                    f"{self.cfg.arm} server died (exit {self.proc.returncode}): {self._cause()} (log: {self.log_path})"
+                )
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.2)
@@ -319,7 +349,8 @@ class VllmServer:
             want = backends.spec(backend).kernel_class
             raise KernelMismatchError(
                 f"{self.cfg.arm} asked for backend {backend.value} ({want}) but vLLM selected "
-                f"{got or 'no FP8 linear kernel (is the model FP8 with static scales?)'} (log: {self.log_path})")
+                f"{got or 'no FP8 linear kernel (is the model FP8 with static scales?)'} (log: {self.log_path})"
+            )
         return got
 
     def stop(self, grace_s: float = 20.0) -> None:
@@ -371,4 +402,3 @@ def stop_all(keep: AbstractSet["VllmServer"] = frozenset()) -> None:
     command began, when the CLI is called in-process, as tests do)."""
     for s in list(_LIVE - set(keep)):
         s.stop(grace_s=10.0)
-

@@ -21,13 +21,13 @@ LABEL = "what-if: not a configuration vLLM supports on this GPU"
 # What the report says about the arm's GEMM tactics, by its effective flashinfer_autotune.
 TACTICS_NOTE = {
     False: "Its GEMM tactics are FlashInfer's defaults (autotuner off, the what-if default: on the H200 a start "
-           "that loaded tuned tactics from FlashInfer's cache crashed mid-run); CUTLASS has no autotuner "
-           "either, so each arm runs its library's own heuristic choice.",
+    "that loaded tuned tactics from FlashInfer's cache crashed mid-run); CUTLASS has no autotuner "
+    "either, so each arm runs its library's own heuristic choice.",
     True: "FlashInfer tuned its tactics afresh at every server start, before it was healthy, into that start's "
-          "own cache (kept in the run directory): every measured run used tuned tactics and starts stay "
-          "independent; the servers table says what each start did.",
+    "own cache (kept in the run directory): every measured run used tuned tactics and starts stay "
+    "independent; the servers table says what each start did.",
     None: "FlashInfer tunes its tactics when a server starts without cached ones (before it is healthy), so "
-          "every measured run used tuned tactics; the servers table says what each start did.",
+    "every measured run used tuned tactics; the servers table says what each start did.",
 }
 
 
@@ -83,8 +83,11 @@ def autotune_state(log_text: str) -> dict | None:
     secs = None
     if starts and ends:
         from datetime import datetime
+
         t = lambda m: datetime.strptime(m[0], "%Y-%m-%d %H:%M:%S").timestamp() + int(m[1]) / 1000
         secs = round(t(ends[-1]) - t(starts[0]), 1)
-    return {"cache_file": cache.group(1) if cache else None,
-            "cache_entries_found": "No FlashInfer autotune cache entries found" not in log_text,
-            "autotune_s": secs}
+    return {
+        "cache_file": cache.group(1) if cache else None,
+        "cache_entries_found": "No FlashInfer autotune cache entries found" not in log_text,
+        "autotune_s": secs,
+    }

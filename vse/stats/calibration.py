@@ -80,7 +80,7 @@ def mde(var_base: float, var_cand: float, starts: int, alpha: float, power: floa
         return float("nan")
     sb, sc = var_base / starts, var_cand / starts
     se = math.sqrt(sb + sc)
-    denom = sb ** 2 / (starts - 1) + sc ** 2 / (starts - 1)
+    denom = sb**2 / (starts - 1) + sc**2 / (starts - 1)
     df = (sb + sc) ** 2 / denom if denom else 2.0 * (starts - 1)
     return math.expm1((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * se)
 
@@ -101,8 +101,17 @@ class Row:
     mde_pct: float
 
 
-def rows(run: str, planted_text: str, p: Planted | None, b: BaselineFacts, comparisons: list, gates: list,
-         margins: dict[str, float], gate_alpha: float, planned_starts: int) -> list[Row]:
+def rows(
+    run: str,
+    planted_text: str,
+    p: Planted | None,
+    b: BaselineFacts,
+    comparisons: list,
+    gates: list,
+    margins: dict[str, float],
+    gate_alpha: float,
+    planned_starts: int,
+) -> list[Row]:
     """One row per gated metric of one calibration comparison, then each DECODE measure not gated,
     decided here alone at the decode gate's margin (p None: an A/A, truth 0)."""
     by_key = {c.key: c for c in comparisons}
@@ -122,8 +131,22 @@ def rows(run: str, planted_text: str, p: Planted | None, b: BaselineFacts, compa
         else:
             role = "shown"
             result = decide([GateInput(key, c.est, c.higher_is_better, margin / 100)], gate_alpha)[0].outcome.value
-        out.append(Row(run, planted_text, key, role, margin, None if t is None else 100 * t, 100 * c.rel_change,
-                       100 * lo, 100 * hi, covered, result, 100 * mde(c.var_base, c.var_cand, planned_starts, gate_alpha)))
+        out.append(
+            Row(
+                run,
+                planted_text,
+                key,
+                role,
+                margin,
+                None if t is None else 100 * t,
+                100 * c.rel_change,
+                100 * lo,
+                100 * hi,
+                covered,
+                result,
+                100 * mde(c.var_base, c.var_cand, planned_starts, gate_alpha),
+            )
+        )
     return out
 
 

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from scipy import stats as sps
 
 from vse.stats.estimate import Design, Estimate
@@ -58,6 +59,7 @@ class GateDecision:
     p_fail_adj: float  # Holm-adjusted p of "beyond the margin"
     more_starts: int | None  # None: decided, or not decidable from here
     detail: str
+    p_fail: float = 1.0  # the same p before Holm (a sweep corrects across its points with it)
 
 
 def margin_log(margin: float, higher_is_better: bool) -> float:
@@ -87,25 +89,28 @@ def holm(pvalues: list[float]) -> list[float]:
     return adj
 
 
-def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], float],
-                     cap: int = 50) -> int | None:
+def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], float], cap: int = 50) -> int | None:
     """Server starts per arm at which the interval would clear the margin if the estimate held,
     at the alpha the plan spends at that look (alpha_at) and Welch's df for those starts."""
     gap = abs(w - m)
     if e.design is not Design.STARTS or not math.isfinite(e.var_base) or gap == 0:
         return None
-    for s in range(max(e.n_base, e.n_cand) + 1, cap + 1):
-        sb, sc = e.var_base / s, e.var_cand / s
-        se = math.sqrt(sb + sc)
-        den = (sb * sb + sc * sc) / (s - 1)
-        df = (sb + sc) ** 2 / den if den else 2 * s - 2
-        if se == 0 or float(sps.t.ppf(1 - alpha_at(s) / 2, df)) * se < gap:
-            return s
-    return None
+    starts = np.arange(max(e.n_base, e.n_cand) + 1, cap + 1)
+    if not len(starts):
+        return None
+    sb, sc = e.var_base / starts, e.var_cand / starts
+    se = np.sqrt(sb + sc)
+    den = (sb * sb + sc * sc) / (starts - 1)
+    df = np.where(den > 0, (sb + sc) ** 2 / np.where(den > 0, den, 1), 2 * starts - 2)
+    alpha = np.array([alpha_at(int(k)) for k in starts])
+    # one vectorised quantile call: this runs for every undecided gate, and simulations decide thousands
+    decides = (se == 0) | (sps.t.ppf(1 - alpha / 2, df) * se < gap)
+    return int(starts[np.argmax(decides)]) if decides.any() else None
 
 
-def decide(gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float] | None = None,
-           max_starts: int | None = None) -> list[GateDecision]:
+def decide(
+    gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float] | None = None, max_starts: int | None = None
+) -> list[GateDecision]:
     """Three outcomes per gated metric; see the module docstring. alpha_at(starts) is the alpha
     the plan spends at a later look (for the 'more starts' estimate; default: this look's) and
     max_starts the plan's last look (an estimate beyond it says so)."""
@@ -123,14 +128,20 @@ def decide(gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float
         rows.append((g, w, m, usable))
     adj = holm(p_fail) if rows else []
     out = []
-    for (g, w, m, usable), pf in zip(rows, adj):
+    for (g, w, m, usable), pf, raw in zip(rows, adj, p_fail):
         e = g.est
         rel = _to_rel(w, g.higher_is_better) if math.isfinite(w) else float("nan")
         if not usable:
-            why = ("one server start per arm: a quick look, which ignores start-to-start variation and never gates"
-                   if e.design is Design.QUICK_LOOK else "no interval: needs 2+ server starts per arm")
-            out.append(GateDecision(g.name, Outcome.INCONCLUSIVE, rel, float("nan"), float("nan"), g.margin, 1.0,
-                                    None, why))
+            why = (
+                "one server start per arm: a quick look, which ignores start-to-start variation and never gates"
+                if e.design is Design.QUICK_LOOK
+                else "no interval: needs 2+ server starts per arm"
+            )
+            out.append(
+                GateDecision(
+                    g.name, Outcome.INCONCLUSIVE, rel, float("nan"), float("nan"), g.margin, 1.0, None, why, raw
+                )
+            )
             continue
         t = float(sps.t.ppf(1 - alpha / 2, e.df)) if e.se > 0 else 0.0
         lo_w, hi_w = w - t * e.se, w + t * e.se
@@ -149,15 +160,19 @@ def decide(gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float
         # The interval is of the change toward worse (what the margin bounds); the lead says which
         # way the estimate went in plain words, so "-2.7% worse" never has to be decoded.
         lead = f"{100 * abs(rel):.2f}% {'worse' if rel > 0 else 'better'}"
-        detail = (f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
-                  f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)")
+        detail = (
+            f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
+            f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)"
+        )
         if outcome is Outcome.INCONCLUSIVE:
-            detail += (f"; about {more} more server start(s) per arm would likely decide it"
-                       + (f", beyond the plan's {max_starts} per arm (run.max_server_starts)" if beyond else "")
-                       if more is not None else
-                       "; at the observed spread not even 50 server starts per arm would likely decide it (the "
-                       "estimate sits at the margin, or the metric is too noisy for it)")
-        out.append(GateDecision(g.name, outcome, rel, lo, hi, g.margin, pf, more, detail))
+            detail += (
+                f"; about {more} more server start(s) per arm would likely decide it"
+                + (f", beyond the plan's {max_starts} per arm (run.max_server_starts)" if beyond else "")
+                if more is not None
+                else "; at the observed spread not even 50 server starts per arm would likely decide it (the "
+                "estimate sits at the margin, or the metric is too noisy for it)"
+            )
+        out.append(GateDecision(g.name, outcome, rel, lo, hi, g.margin, pf, more, detail, raw))
     return out
 
 

@@ -53,12 +53,20 @@ ENERGY = MetricDef("energy_per_output_token_mj", "Energy per output token (mJ)",
 
 
 def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
-    defs = [MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate"),
-            MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
-            MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate")]
+    defs = [
+        MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate"),
+        MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
+        MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
+    ]
     if goodput:
         defs.append(MetricDef("request_goodput", "Goodput (req/s)", True, "good", "rate"))
-    names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL per chunk", "itl_token": "ITL per token", "e2el": "E2E latency"}
+    names = {
+        "ttft": "TTFT",
+        "tpot": "TPOT",
+        "itl": "ITL per chunk",
+        "itl_token": "ITL per token",
+        "e2el": "E2E latency",
+    }
     for src, name in names.items():
         stats_ = ["mean", "median"] + [f"p{int(p) if int(p) == p else p}" for p in percentiles if p != 50]
         for st in stats_:
@@ -72,8 +80,9 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
     # wave of a run hits an idle server all at once; later requests arrive one by one.
     defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))
-    defs.append(MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady",
-                          "median"))
+    defs.append(
+        MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady", "median")
+    )
     if energy:  # only where NVML measured every run (a GPU)
         defs.append(ENERGY)
     return defs
@@ -103,8 +112,14 @@ class RepeatData:
         return len(self.ttft)
 
 
-def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord], bool] | None = None, *,
-                start: int = 0, first_wave: int | None = None, energy_j: float | None = None) -> RepeatData:
+def repeat_data(
+    records: list[RequestRecord],
+    good_fn: Callable[[RequestRecord], bool] | None = None,
+    *,
+    start: int = 0,
+    first_wave: int | None = None,
+    energy_j: float | None = None,
+) -> RepeatData:
     rs = measured(records)
     ok = [r for r in rs if r.success]
     if rs:
@@ -129,8 +144,11 @@ def repeat_data(records: list[RequestRecord], good_fn: Callable[[RequestRecord],
         good=np.array([bool(good_fn(r)) if good_fn else True for r in ok], dtype=float),
         itl=[np.asarray(r.itls_s) * ms for r in ok],
         itl_token=[np.asarray(r.itl_tokens_s) * ms for r in ok],
-        failed=len(rs) - len(ok), start=start,
-        ttft_first=np.array(first), ttft_steady=np.array(steady), energy_j=energy_j,
+        failed=len(rs) - len(ok),
+        start=start,
+        ttft_first=np.array(first),
+        ttft_steady=np.array(steady),
+        energy_j=energy_j,
     )
 
 
@@ -150,8 +168,9 @@ def point_value(d: RepeatData, m: MetricDef) -> float:
         tokens = d.out_tokens.sum()
         return float(1000 * d.energy_j / tokens) if d.energy_j is not None and tokens > 0 else float("nan")
     if m.stat == "rate":
-        arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good,
-               "requests": np.ones(d.n)}[m.source]
+        arr = {"out_tokens": d.out_tokens, "total_tokens": d.total_tokens, "good": d.good, "requests": np.ones(d.n)}[
+            m.source
+        ]
         return float(arr.sum() / d.duration_s)
     if m.source in ("itl", "itl_token"):
         parts = getattr(d, m.source)
@@ -211,7 +230,7 @@ def welch(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float
     vb, vc = b.var(ddof=1), c.var(ddof=1)
     sb, sc = vb / len(b), vc / len(c)
     se = math.sqrt(sb + sc)
-    denom = (sb ** 2 / (len(b) - 1) if sb else 0.0) + (sc ** 2 / (len(c) - 1) if sc else 0.0)
+    denom = (sb**2 / (len(b) - 1) if sb else 0.0) + (sc**2 / (len(c) - 1) if sc else 0.0)
     df = (sb + sc) ** 2 / denom if denom else float(len(b) + len(c) - 2)
     return float(c.mean() - b.mean()), se, df, float(vb), float(vc)
 
@@ -254,8 +273,16 @@ class MetricComparison:
 
     @property
     def est(self) -> Estimate:
-        return Estimate(math.log1p(self.rel_change) if math.isfinite(self.rel_change) else float("nan"),
-                        self.se_log, self.df, self.design, self.n_base, self.n_cand, self.var_base, self.var_cand)
+        return Estimate(
+            math.log1p(self.rel_change) if math.isfinite(self.rel_change) else float("nan"),
+            self.se_log,
+            self.df,
+            self.design,
+            self.n_base,
+            self.n_cand,
+            self.var_base,
+            self.var_cand,
+        )
 
 
 def compare_values(m: MetricDef, base: Sequence[RunValue], cand: Sequence[RunValue], alpha: float) -> MetricComparison:
@@ -271,25 +298,54 @@ def compare_values(m: MetricDef, base: Sequence[RunValue], cand: Sequence[RunVal
         verdict = Verdict.BETTER if (change > 0) == m.higher_is_better else Verdict.WORSE
     else:
         verdict = Verdict.NO_CHANGE
-    return MetricComparison(m.key, m.label, m.higher_is_better, bv, cv, change, lo, hi, verdict, e.design, e.se,
-                            e.df, e.n_base, e.n_cand, e.var_base, e.var_cand,
-                            [r.value for r in base], [r.value for r in cand],
-                            [r.start for r in base], [r.start for r in cand])
+    return MetricComparison(
+        m.key,
+        m.label,
+        m.higher_is_better,
+        bv,
+        cv,
+        change,
+        lo,
+        hi,
+        verdict,
+        e.design,
+        e.se,
+        e.df,
+        e.n_base,
+        e.n_cand,
+        e.var_base,
+        e.var_cand,
+        [r.value for r in base],
+        [r.value for r in cand],
+        [r.start for r in base],
+        [r.start for r in cand],
+    )
 
 
 def run_values(data: Sequence[RepeatData], m: MetricDef, excluded: AbstractSet[int] = frozenset()) -> list[RunValue]:
     return [RunValue(d.start, point_value(d, m), i in excluded) for i, d in enumerate(data)]
 
 
-def compare_arms(base: list[RepeatData], cand: list[RepeatData], percentiles: list[float], *, goodput: bool = False,
-                 alpha: float = 0.05, excluded: dict[str, set[int]] | None = None) -> list[MetricComparison]:
+def compare_arms(
+    base: list[RepeatData],
+    cand: list[RepeatData],
+    percentiles: list[float],
+    *,
+    goodput: bool = False,
+    alpha: float = 0.05,
+    excluded: dict[str, set[int]] | None = None,
+) -> list[MetricComparison]:
     ex = excluded or {}
-    return [compare_values(m, run_values(base, m, ex.get("baseline", set())),
-                           run_values(cand, m, ex.get("candidate", set())), alpha)
-            for m in metric_defs(percentiles, goodput, energy=all(d.energy_j is not None for d in [*base, *cand]))]
+    return [
+        compare_values(
+            m, run_values(base, m, ex.get("baseline", set())), run_values(cand, m, ex.get("candidate", set())), alpha
+        )
+        for m in metric_defs(percentiles, goodput, energy=all(d.energy_j is not None for d in [*base, *cand]))
+    ]
 
 
 # -- measurement health -----------------------------------------------------------------------
+
 
 def robust_z(values: Sequence[float]) -> np.ndarray:
     """Iglewicz-Hoaglin modified z: 0.6745 (x - median) / MAD; 0 where MAD is 0."""

@@ -16,8 +16,12 @@ from vse.scenario import Goodput
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 TRIM = 0.1  # the decode gate's interdecile mean cuts 10% from each end of the per-token times
-_TITLES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-           "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}
+_TITLES = {
+    "ttft": ("TTFT", "Time to First Token"),
+    "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+    "itl": ("ITL", "Inter-token Latency"),
+    "e2el": ("E2EL", "End-to-end Latency"),
+}
 
 
 @dataclass
@@ -77,8 +81,10 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
     for r in ok:
         for t, k in zip(r.chunk_ns, r.chunk_tokens):
             tokens[int((t - t0) / 1e9)] += k
-    events = sorted([(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
-                    key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    events = sorted(
+        [(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
+        key=lambda e: (e[0], e[1]),
+    )  # an end before a start at the same instant
     live = peak = 0
     for _, d in events:
         live += d
@@ -99,8 +105,13 @@ def good_count(records: list[RequestRecord], goodput: Goodput | None) -> int | N
     return n
 
 
-def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goodput | None = None,
-            max_concurrency: int | None = None, request_rate: float = math.inf) -> dict[str, Any]:
+def compute(
+    records: list[RequestRecord],
+    percentiles: list[float],
+    goodput: Goodput | None = None,
+    max_concurrency: int | None = None,
+    request_rate: float = math.inf,
+) -> dict[str, Any]:
     """The metrics of one benchmark repeat, keyed as `vllm bench serve --save-result` keys them."""
     rs = measured(records)
     ok = [r for r in rs if r.success]
@@ -119,14 +130,19 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
     chunks = sum(len(r.chunk_ns) for r in ok)
     good = good_count(records, goodput)
     res: dict[str, Any] = {
-        "duration": duration, "completed": len(ok), "failed": len(rs) - len(ok),
-        "max_concurrency": max_concurrency, "request_rate": request_rate,
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(rs) - len(ok),
+        "max_concurrency": max_concurrency,
+        "request_rate": request_rate,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
         "request_throughput": len(ok) / duration,
         "request_goodput": (good / duration) if good is not None else None,
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
-        "max_output_tokens_per_s": peak_tps, "max_concurrent_requests": peak_conc,
+        "max_output_tokens_per_s": peak_tps,
+        "max_concurrent_requests": peak_conc,
         "chunks_per_token": (chunks / total_out) if total_out else None,
         "input_lens": in_lens,
         "output_lens": [r.output_tokens if r.success else 0 for r in rs],
@@ -151,19 +167,36 @@ def compute(records: list[RequestRecord], percentiles: list[float], goodput: Goo
     return res
 
 
-def vllm_result_json(m: dict[str, Any], *, label: str | None, model_id: str, tokenizer_id: str, num_prompts: int,
-                     endpoint: str, burstiness: float, detailed: bool, date: str | None = None) -> dict[str, Any]:
+def vllm_result_json(
+    m: dict[str, Any],
+    *,
+    label: str | None,
+    model_id: str,
+    tokenizer_id: str,
+    num_prompts: int,
+    endpoint: str,
+    burstiness: float,
+    detailed: bool,
+    date: str | None = None,
+) -> dict[str, Any]:
     """`vllm bench serve --save-result` (with `--save-detailed`: the per-request arrays) as vLLM
     writes it, plus the suite's own keys: a superset, so vLLM's scripts read either."""
     rate = m.get("request_rate")
     backend = "openai-chat" if endpoint == "chat" else "openai"
     out: dict[str, Any] = {
-        "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": backend, "backend": backend,
-        "label": label, "model_id": model_id, "tokenizer_id": tokenizer_id, "num_prompts": num_prompts,
-        "request_rate": "inf" if rate is None or math.isinf(rate) else rate, "burstiness": burstiness,
+        "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": label,
+        "model_id": model_id,
+        "tokenizer_id": tokenizer_id,
+        "num_prompts": num_prompts,
+        "request_rate": "inf" if rate is None or math.isinf(rate) else rate,
+        "burstiness": burstiness,
         **{k: v for k, v in m.items() if k != "request_rate"},
         # Generated text is not kept (see benchmark.py); vLLM's key is there, with empty strings.
-        "generated_texts": [""] * len(m.get("ttfts", [])), "rtfx": 0.0,
+        "generated_texts": [""] * len(m.get("ttfts", [])),
+        "rtfx": 0.0,
     }
     if not detailed:
         for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):

@@ -14,17 +14,22 @@ from pathlib import Path
 
 # NVML's clock-event (formerly "throttle") reason bits, nvml.h: nvmlClocksEventReason*.
 REASON_BITS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
 }
 # Reasons that slow a busy GPU for a cause outside the workload (heat, an external power brake):
 # a run touched by one measured the machine room as much as the kernel. The software power cap is
 # not among them: on the H200 at this suite's loads every run of both arms sits at the 700 W limit
 # about half the time (it is how the GPU runs, and a kernel that draws more power pays for it), so
 # it is shown per run, with its share, rather than flagged.
-SLOWDOWN_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                              "hw_power_brake_slowdown"})
+SLOWDOWN_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 NO_TELEMETRY = "no GPU telemetry"
 
 
@@ -77,16 +82,26 @@ class Telemetry:
         return max((g.reason_share.get(reason, 0.0) for g in self.gpus), default=0.0)
 
     def to_json(self) -> dict:
-        return {"status": self.status.value, "reason": self.reason, "interval_s": self.interval_s,
-                "energy_j": self.energy_j, "slowdowns": self.slowdowns, "gpus": [asdict(g) for g in self.gpus]}
+        return {
+            "status": self.status.value,
+            "reason": self.reason,
+            "interval_s": self.interval_s,
+            "energy_j": self.energy_j,
+            "slowdowns": self.slowdowns,
+            "gpus": [asdict(g) for g in self.gpus],
+        }
 
     @classmethod
     def from_json(cls, d: dict | None) -> "Telemetry":
         if not d:
             return cls(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: not recorded")
         known = set(GpuSummary.__dataclass_fields__)  # a summary written by an older suite may differ
-        return cls(TelemetryStatus(d["status"]), d.get("reason", ""), d.get("interval_s"),
-                   [GpuSummary(**{k: v for k, v in g.items() if k in known}) for g in d.get("gpus", [])])
+        return cls(
+            TelemetryStatus(d["status"]),
+            d.get("reason", ""),
+            d.get("interval_s"),
+            [GpuSummary(**{k: v for k, v in g.items() if k in known}) for g in d.get("gpus", [])],
+        )
 
     def describe(self) -> str:
         if self.status is TelemetryStatus.UNAVAILABLE:
@@ -127,8 +142,9 @@ def summarize(lines: list[dict]) -> Telemetry:
             continue
         gpus.append(_summarize_gpu(g["index"], g.get("name", "?"), rows))
     if not gpus:
-        return Telemetry(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: no sample while the run was measured",
-                         head.get("interval_s"))
+        return Telemetry(
+            TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: no sample while the run was measured", head.get("interval_s")
+        )
     return Telemetry(TelemetryStatus.MEASURED, "", head.get("interval_s"), gpus)
 
 
@@ -143,14 +159,20 @@ def _summarize_gpu(index: int, name: str, rows: list[dict]) -> GpuSummary:
     seen = sorted({n for r in busy for n in reasons(r.get("reasons", 0))})
     share = {n: sum(1 for r in busy if n in reasons(r.get("reasons", 0))) / len(busy) for n in seen}
     return GpuSummary(
-        index=index, name=name, samples=len(rows), energy_j=energy_j,
-        power_w_mean=_mean([r["power_w"] for r in rows]), power_w_max=max(r["power_w"] for r in rows),
-        sm_clock_mhz_mean=_mean([r["sm_mhz"] for r in busy]), sm_clock_mhz_min=min(r["sm_mhz"] for r in busy),
+        index=index,
+        name=name,
+        samples=len(rows),
+        energy_j=energy_j,
+        power_w_mean=_mean([r["power_w"] for r in rows]),
+        power_w_max=max(r["power_w"] for r in rows),
+        sm_clock_mhz_mean=_mean([r["sm_mhz"] for r in busy]),
+        sm_clock_mhz_min=min(r["sm_mhz"] for r in busy),
         mem_clock_mhz_mean=_mean([r["mem_mhz"] for r in rows]),
         temperature_c_max=max(r["temp_c"] for r in rows),
         utilization_pct_mean=_mean([r["util_pct"] for r in rows]),
         memory_used_gib_max=max(r["mem_used_b"] for r in rows) / 2**30,
-        clock_event_reasons=seen, reason_share=share,
+        clock_event_reasons=seen,
+        reason_share=share,
     )
 
 

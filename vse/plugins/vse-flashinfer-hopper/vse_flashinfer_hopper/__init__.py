@@ -27,11 +27,15 @@ def check(kernel_cls) -> None:
     compute_capability, as vLLM 0.26 has it."""
     fn = inspect.getattr_static(kernel_cls, "is_supported", None)
     if not isinstance(fn, classmethod):
-        raise WhatIfError(f"vse-flashinfer-hopper: {KERNEL}.is_supported is not a classmethod in this vLLM; "
-                          "refusing to patch a kernel selection it does not understand")
+        raise WhatIfError(
+            f"vse-flashinfer-hopper: {KERNEL}.is_supported is not a classmethod in this vLLM; "
+            "refusing to patch a kernel selection it does not understand"
+        )
     if "compute_capability" not in inspect.signature(fn.__func__).parameters:
-        raise WhatIfError(f"vse-flashinfer-hopper: {KERNEL}.is_supported takes no compute_capability in this vLLM; "
-                          "refusing to patch it")
+        raise WhatIfError(
+            f"vse-flashinfer-hopper: {KERNEL}.is_supported takes no compute_capability in this vLLM; "
+            "refusing to patch it"
+        )
 
 
 def patch(kernel_cls) -> None:
@@ -53,11 +57,13 @@ def register() -> None:
     if os.environ.get(ENV) != "1":
         return
     import importlib
+
     try:
         mod = importlib.import_module(MODULE)
     except ImportError as e:
-        raise WhatIfError(f"vse-flashinfer-hopper: this vLLM has no {MODULE} ({e}); the what-if arm needs "
-                          "vLLM 0.26's kernel layout") from e
+        raise WhatIfError(
+            f"vse-flashinfer-hopper: this vLLM has no {MODULE} ({e}); the what-if arm needs vLLM 0.26's kernel layout"
+        ) from e
     kernel_cls = getattr(mod, KERNEL, None)
     if kernel_cls is None:
         raise WhatIfError(f"vse-flashinfer-hopper: {MODULE} has no {KERNEL} in this vLLM")

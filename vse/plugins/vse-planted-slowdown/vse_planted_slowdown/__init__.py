@@ -73,6 +73,7 @@ class GpuSpin:
 
     def __call__(self, ms: float) -> None:
         import torch
+
         if torch.cuda.is_current_stream_capturing():  # a CUDA graph being captured: no spin baked into it
             return
         if self.cycles_per_ms is None:
@@ -90,7 +91,11 @@ def wrap(cls, cfg: dict) -> None:
     original = cls.execute_model
     if getattr(original, "__vse_planted__", False):
         return
-    gpu_ms, cpu_ms, which = float(cfg.get("gpu_ms_per_step", 0)), float(cfg.get("cpu_ms_per_step", 0)), cfg.get("steps", "all")
+    gpu_ms, cpu_ms, which = (
+        float(cfg.get("gpu_ms_per_step", 0)),
+        float(cfg.get("cpu_ms_per_step", 0)),
+        cfg.get("steps", "all"),
+    )
     spin = GpuSpin()
     said = []
 
@@ -104,10 +109,13 @@ def wrap(cls, cfg: dict) -> None:
                 busy_wait(cpu_ms)
             if not said:
                 said.append(1)
-                print(f"{APPLIED} {type(self).__module__}.{type(self).__name__}.execute_model: "
-                      f"gpu_ms_per_step={gpu_ms:g} cpu_ms_per_step={cpu_ms:g} steps={which}"
-                      + (f" ({spin.cycles_per_ms:.0f} GPU cycles per ms)" if spin.cycles_per_ms else ""),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{APPLIED} {type(self).__module__}.{type(self).__name__}.execute_model: "
+                    f"gpu_ms_per_step={gpu_ms:g} cpu_ms_per_step={cpu_ms:g} steps={which}"
+                    + (f" ({spin.cycles_per_ms:.0f} GPU cycles per ms)" if spin.cycles_per_ms else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
         return original(self, scheduler_output, *args, **kwargs)
 
     execute_model.__vse_planted__ = True
@@ -130,5 +138,7 @@ def register() -> None:
         wrap(cls, cfg)
         patched.append(f"{module}.{name}")
     if not patched:
-        raise PlantError("vse-planted-slowdown: this vLLM has none of the model runners it knows "
-                         f"({', '.join(m + '.' + n for m, n in RUNNERS)}); refusing to run a calibration arm unslowed")
+        raise PlantError(
+            "vse-planted-slowdown: this vLLM has none of the model runners it knows "
+            f"({', '.join(m + '.' + n for m, n in RUNNERS)}); refusing to run a calibration arm unslowed"
+        )

@@ -39,7 +39,7 @@ bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): u
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
 .PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup \
-	setup-gpu-carry check clean-venv
+	setup-gpu-carry check clean-venv examples-raw
 
 $(VENV)/.installed: pyproject.toml
 	@echo "setup: creating the suite's environment in $(VENV)"
@@ -69,6 +69,11 @@ gemm-bench: $(SUITE_ENV)
 HISTORY ?= reports/history.sqlite
 RUNS ?=
 TREND_OUT ?= reports/trend
+# The committed examples' large raw archives, back from git history (or $$VSE_EXAMPLES_RAW) beside
+# their raw.json; tests and reports restore the one they need on their own.
+examples-raw: $(SUITE_ENV)
+	$(PY) benchmarks/pack_example.py --restore
+
 history: $(SUITE_ENV)
 	@test -n "$(RUNS)" || { echo "usage: make history RUNS='reports/<run> ...' [HISTORY=path.sqlite]"; exit 2; }
 	$(PY) -m vse.cli history --db $(HISTORY) $(RUNS)

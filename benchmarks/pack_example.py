@@ -5,6 +5,13 @@ servers' kernels, the agreement outputs, lm-eval's parsed results).
 
     python benchmarks/pack_example.py RUN_DIR reports/examples/NAME [--baseline-from reports/examples/OTHER]
     python benchmarks/pack_example.py --rebuild reports/examples/NAME ...   # reports again, after a report change
+    python benchmarks/pack_example.py --to-history reports/examples/NAME ...  # a committed large archive leaves the tree
+    python benchmarks/pack_example.py --restore [reports/examples/NAME ...]   # make examples-raw: every archive back
+
+Archives over 500 KB do not stay in the working tree (reports/examples/ stays under 10 MB, and a
+GPU call carries the tree): commit the example once, then --to-history writes raw.json (sha256,
+size, git blob and commit), untracks raw.tar.xz and git-ignores it; commit that. Readers restore
+it from git history or from $VSE_EXAMPLES_RAW (vse/rundir/packed.py).
 
 --baseline-from: the run reused (BASE_RUN) that example's baseline arm unchanged; the raw data
 then holds only the candidate arm, and tests/test_examples.py takes the baseline from OTHER."""
@@ -12,6 +19,7 @@ then holds only the candidate arm, and tests/test_examples.py takes the baseline
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -23,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vse.rundir.packed import unpack  # noqa: E402,F401 (unpack: the tests' import place)
+from vse.rundir.packed import ARCHIVE, POINTER, raw_archive, unpack  # noqa: E402,F401 (unpack: the tests' import place)
 
 # Committed: the markdown and JSON the docs quote; report.html is rebuilt by `make report` (12 MB
 # of committed HTML before 0.2.0).
@@ -96,7 +104,7 @@ def _arm_members(run: Path, arms: list[str], prefix: str):
 def _same_reference(run: Path, example: Path) -> bool:
     """Whether the run's reference scored exactly as the base example's did (a deterministic
     reference does, start after start): then the example keeps it once."""
-    with tarfile.open(example / "raw.tar.xz") as t:
+    with tarfile.open(raw_archive(example)) as t:
         if "reference/scores.jsonl" not in t.getnames():
             return False
         packed = t.extractfile("reference/scores.jsonl").read().decode()
@@ -134,7 +142,50 @@ def rebuild_reports(example: Path) -> None:
                 shutil.copy(d / name, example / "sweep" / d.name / name)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+IGNORE_MARK = "# raw archives kept in git history (benchmarks/pack_example.py --to-history)"
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def to_history(example: Path) -> None:
+    """The example's committed raw.tar.xz out of the working tree, findable by raw.json."""
+    rel = str((example / ARCHIVE).resolve().relative_to(ROOT))
+    if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", rel]).returncode != 0:
+        raise SystemExit(f"{rel}: commit it as it is first (its blob must be in history)")
+    data = (example / ARCHIVE).read_bytes()
+    ptr = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "blob": _git("rev-parse", f"HEAD:{rel}"),
+        "commit": _git("rev-parse", "HEAD"),
+        "path": rel,
+    }
+    (example / POINTER).write_text(json.dumps(ptr, indent=2) + "\n")
+    _git("rm", "--cached", "-q", rel)
+    ignore = ROOT / ".gitignore"
+    text = ignore.read_text()
+    if IGNORE_MARK not in text:
+        text += f"{IGNORE_MARK}\n"
+    ignore.write_text(text + f"/{rel}\n")
+
+
+def restore(examples: list[Path]) -> None:
+    for ex in examples or sorted(p.parent for p in (ROOT / "reports" / "examples").rglob(POINTER)):
+        print(f"{raw_archive(ex)} ({(ex / ARCHIVE).stat().st_size / 1e6:.1f} MB)")
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--to-history"]:
+        for example in map(Path, sys.argv[2:]):
+            to_history(example)
+            print(f"{example}: raw data now in git history (raw.json)")
+        return 0
+    if sys.argv[1:2] == ["--restore"]:
+        restore([Path(p) for p in sys.argv[2:]])
+        return 0
     if sys.argv[1:2] == ["--rebuild"]:
         for example in map(Path, sys.argv[2:]):
             rebuild_reports(example)

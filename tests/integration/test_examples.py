@@ -8,7 +8,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-EXAMPLES = sorted(p.parent for p in (ROOT / "reports" / "examples").rglob("raw.tar.xz"))  # h200-fidelity/<case>/ too
+# every example with raw data, here or in git history (raw.json); h200-fidelity/<case>/ too
+EXAMPLES = sorted({p.parent for pat in ("raw.tar.xz", "raw.json") for p in (ROOT / "reports" / "examples").rglob(pat)})
 
 
 def section(text: str, start: str, end: str) -> str:

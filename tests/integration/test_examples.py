@@ -256,3 +256,21 @@ def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
     assert (
         "| plant-0.85ms | +0.85 ms per all step | tmean_itl_token_ms | shown | 5% | +8.30% | +8.20%" in new.read_text()
     )
+
+
+def test_the_h200_mde_projection_rebuilds_from_the_committed_runs():
+    """reports/examples/h200-calibration/mde-projection.md (quoted in docs/statistics.md) is what
+    benchmarks/mde_projection.py computes from the committed runs' raw data."""
+    ex = ROOT / "reports" / "examples"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/mde_projection.py", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"]
+        + [str(ex / "h200-calibration" / n) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
+        + [str(ex / "h200-aa")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    committed = (ex / "h200-calibration" / "mde-projection.md").read_text()
+    assert r.stdout.strip() in committed and "| tmean_itl_token_ms | 0.19% | 6 | 0.84% |" in r.stdout

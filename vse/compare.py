@@ -358,12 +358,12 @@ class Orchestrator(ArmChecks):
         kinds = sorted(
             {getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS)
         )
-        out = self.run_dir / "gemm"
+        out = self.layout.gemm
         if (
             not self.s.run.gemm_bench
             or self.s.server.device != Device.CUDA
             or not kinds
-            or (out / "gemm.json").is_file()
+            or self.layout.gemm_result.is_file()
             or (budget_left_s is not None and budget_left_s < 150)
         ):
             return

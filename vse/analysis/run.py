@@ -173,7 +173,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
     # A load sweep's points are run directories of their own (vse/sweep.py), each with its verdict,
     # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
-    own = run_dir / "gemm" / "gemm.json"
+    own = layout.gemm_result
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
     points = [
         (label, analyze(d, gemm_file=gemm_path))

@@ -15,6 +15,7 @@ spelling names, so a layout change is one edit and a reader cannot look for a fi
   <arm>/agreement.jsonl     per-prompt greedy outputs with top logprobs (agreement-self.jsonl: the
                             baseline's second pass); <arm>/scores.jsonl teacher-forced scores
   sweep/<key>-<value>/      a load sweep's points, each a run directory of its own
+  gemm/                     FP8 GEMM timings of the arms' backends (GPU runs, vse/gemm/bench.py)
 """
 
 from __future__ import annotations
@@ -126,6 +127,15 @@ class RunDir:
     def arm(self, name: str) -> ArmDir:
         return ArmDir(self.path / name)
 
+    @property
+    def gemm(self) -> Path:
+        """make gemm-bench's folder (its own files: vse/gemm/bench.py) when a GPU run timed its kernels."""
+        return self.path / "gemm"
+
+    @property
+    def gemm_result(self) -> Path:
+        return self.gemm / "gemm.json"
+
     def sweep_point(self, label: str) -> Path:
         return self.path / "sweep" / label
 
@@ -136,7 +146,9 @@ class RunDir:
         out = {
             str(p.relative_to(self.path)): p.stat().st_size for p in (self.scenario, self.environment) if p.is_file()
         }
-        for arm in sorted(d for d in self.path.iterdir() if d.is_dir() and d.name not in ("prompts", "sweep", "gemm")):
+        for arm in sorted(
+            d for d in self.path.iterdir() if d.is_dir() and d.name not in ("prompts", "sweep", self.gemm.name)
+        ):
             for p in sorted(arm.rglob("*")):
                 if (
                     p.is_file()

@@ -10,11 +10,10 @@ from typing import Any
 
 from vse import __version__
 from vse.analysis import Analysis
-from vse.report import sweep
+from vse.report import sweep, vllm_files
 from vse.rundir.layout import RunDir
 from vse.scenario import dump
 from vse.stats import estimate as stats
-from vse.stats import metrics
 
 SCHEMA_VERSION = 2  # 2: arms.*.runs (every metric of every run) and raw_files (what it was computed from)
 
@@ -37,20 +36,7 @@ def render(a: Analysis) -> dict[str, Any]:
     defs = stats.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
-        vllm_results = [
-            metrics.vllm_result_json(
-                m,
-                label=arm.label,
-                model_id=a.scenario.model.served_name,
-                tokenizer_id=a.run.get("model", ""),
-                num_prompts=w.num_prompts,
-                endpoint=w.endpoint.value,
-                burstiness=w.burstiness,
-                detailed=False,
-                date=str(a.run.get("started", "")),
-            )
-            for m in arm.repeats
-        ]
+        vllm_results = [vllm_files.result_json(a, arm, m, detailed=False) for m in arm.repeats]
         arms[name] = {
             "label": arm.label,
             "backend": arm.backend,

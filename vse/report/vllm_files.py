@@ -10,6 +10,7 @@ import io
 import math
 
 from vse.analysis import Analysis
+from vse.analysis.load import ArmAnalysis
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import RunDir
 from vse.stats import estimate as stats
@@ -18,25 +19,27 @@ from vse.stats import metrics
 CSV_FIELDS = ("run", "arm", "label", "backend", "repeat", "server_start", "metric", "value")
 
 
-def write(a: Analysis, detailed: bool = False) -> None:
+def result_json(a: Analysis, arm: ArmAnalysis, m: dict, detailed: bool) -> dict:
+    """One run as `vllm bench serve --save-result` writes it (detailed: with per-request arrays)."""
     w = a.scenario.workload
+    return metrics.vllm_result_json(
+        m,
+        label=arm.label,
+        model_id=a.scenario.model.served_name,
+        tokenizer_id=a.run.get("model", ""),
+        num_prompts=w.num_prompts,
+        endpoint=w.endpoint.value,
+        burstiness=w.burstiness,
+        detailed=detailed,
+        date=str(a.run.get("started", "")),
+    )
+
+
+def write(a: Analysis, detailed: bool = False) -> None:
     for name, arm in a.arms.items():
         out = RunDir(a.run_dir).arm(name)
         for k, m in enumerate(arm.repeats_detailed):
-            write_json(
-                out.vllm_result(k),
-                metrics.vllm_result_json(
-                    m,
-                    label=arm.label,
-                    model_id=a.scenario.model.served_name,
-                    tokenizer_id=a.run.get("model", ""),
-                    num_prompts=w.num_prompts,
-                    endpoint=w.endpoint.value,
-                    burstiness=w.burstiness,
-                    detailed=detailed,
-                    date=str(a.run.get("started", "")),
-                ),
-            )
+            write_json(out.vllm_result(k), result_json(a, arm, m, detailed))
     atomic_write_text(RunDir(a.run_dir).results_csv, csv_text(a))
 
 

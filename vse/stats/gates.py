@@ -87,7 +87,7 @@ def accuracy_reference(
 
 
 def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: GatesSpec) -> list[GateResult]:
-    """Candidate minus baseline accuracy, paired on the questions both answered (Newcombe's
+    """Candidate minus baseline accuracy, paired on the questions both answered (Tango's score
     interval; McNemar's exact p beside it); PASS when the lower bound is above -margin, FAIL
     when the upper bound is below it. A baseline that scores so low that nothing can be lost is
     'not informative' (n/a: it decides nothing), never a pass."""
@@ -101,7 +101,7 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
         bq, cq = base.per_question.get(key), cand.per_question.get(key)
         if bq and cq:
             p = prop.pair({int(k): bool(v) for k, v in bq.items()}, {int(k): bool(v) for k, v in cq.items()})
-            lo, hi = prop.newcombe_paired(p, alpha)
+            lo, hi = prop.tango_paired(p, alpha)
             n, kb = p.n, p.both + p.base_only
             how = (
                 f"paired on {p.n} questions: {p.base_only} only the baseline got right, {p.cand_only} only the "

@@ -160,7 +160,7 @@ def to_history(example: Path) -> None:
         "sha256": hashlib.sha256(data).hexdigest(),
         "bytes": len(data),
         "blob": _git("rev-parse", f"HEAD:{rel}"),
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": _git("rev-list", "-1", "HEAD", "--", rel),  # the commit that brought this content in
         "path": rel,
     }
     (example / POINTER).write_text(json.dumps(ptr, indent=2) + "\n")

@@ -19,7 +19,6 @@ then holds only the candidate arm, and tests/test_examples.py takes the baseline
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -31,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vse.rundir.files import file_sha256  # noqa: E402
 from vse.rundir.packed import ARCHIVE, POINTER, raw_archive, unpack  # noqa: E402,F401 (unpack: the tests' import place)
 
 # Committed: the markdown and JSON the docs quote; report.html is rebuilt by `make report` (12 MB
@@ -155,10 +155,10 @@ def to_history(example: Path) -> None:
     rel = str((example / ARCHIVE).resolve().relative_to(ROOT))
     if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", rel]).returncode != 0:
         raise SystemExit(f"{rel}: commit it as it is first (its blob must be in history)")
-    data = (example / ARCHIVE).read_bytes()
+    archive = example / ARCHIVE
     ptr = {
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "bytes": len(data),
+        "sha256": file_sha256(archive),
+        "bytes": archive.stat().st_size,
         "blob": _git("rev-parse", f"HEAD:{rel}"),
         "commit": _git("rev-list", "-1", "HEAD", "--", rel),  # the commit that brought this content in
         "path": rel,

@@ -104,11 +104,7 @@ def _error(msg: str) -> None:
 
 
 def measured(run_dir: Path) -> bool:
-    return any(
-        RunDir(run_dir).arm(p.name).record_files() or any(RunDir(run_dir).arm(p.name).accuracy.glob("*"))
-        for p in run_dir.iterdir()
-        if p.is_dir()
-    )
+    return any(arm.record_files() or any(arm.accuracy.glob("*")) for arm in RunDir(run_dir).arm_dirs())
 
 
 def record_exit(run_dir: Path, code: int) -> None:

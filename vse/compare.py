@@ -102,7 +102,7 @@ class Orchestrator(ArmChecks):
         return models.resolve(
             self.s.model,
             self.opts.cache,
-            self.run_dir / "model",
+            self.layout.model,
             python=self.arm_python("baseline"),
             device=self.s.server.device.value,
             log=self.log,
@@ -113,7 +113,7 @@ class Orchestrator(ArmChecks):
         fault = self.s.server_arms()[arm].planted_fault
         if fault is None:
             return self.model.model
-        dst = self.run_dir / "model" / f"{arm}-planted-fault"
+        dst = self.layout.model / f"{arm}-planted-fault"
         planted = checkpoint.plant(Path(self.model.model), dst, fault, self.arm_python(arm) or sys.executable)
         self.log(f"{arm}: planted fault {planted['planted_fault']['tensor']} x {fault.factor:g}")
         return str(dst)

@@ -9,7 +9,6 @@ report: the analysis refuses a damaged one with the file named)."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from vse.analysis import ARMS, analyze
 from vse.analysis.load import load_scenario_from_run
 from vse.errors import SuiteError
 from vse.report import results_json
-from vse.rundir.files import read_json
+from vse.rundir.files import file_sha256, read_json
 from vse.rundir.layout import RunDir
 
 META = sa.MetaData()
@@ -143,10 +142,10 @@ def _calibration(spec) -> int:
 
 
 def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingested:
-    run_dir, name = Path(run_dir), name or Path(run_dir).name
-    if not RunDir(run_dir).run_json.is_file():
+    run_dir, name, layout = Path(run_dir), name or Path(run_dir).name, RunDir(run_dir)
+    if not layout.run_json.is_file():
         raise HistoryError(f"{run_dir}: not a run directory (no run.json)")
-    status = read_json(RunDir(run_dir).run_json).get("status")
+    status = read_json(layout.run_json).get("status")
     if status != "complete":
         raise UnfinishedRun(f"{run_dir}: status {status} (not finished)")
     with engine.connect() as c:
@@ -155,7 +154,7 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
     res = results(run_dir)
     env, s = res["environment"] or {}, load_scenario_from_run(run_dir)
     gpus = env.get("gpus") or []
-    sha = hashlib.sha256(RunDir(run_dir).scenario.read_bytes()).hexdigest()[:16]
+    sha = file_sha256(layout.scenario)[:16]
     common: dict[str, Any] = dict(
         run=name,
         scenario=s.name,

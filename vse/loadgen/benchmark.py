@@ -61,12 +61,12 @@ def run_repeat(
     if tokenizer_path:
         tok = load_tokenizer(tokenizer_path)
         count = lambda text: len(tok.encode(text, add_special_tokens=False).ids)
-    shape = shape_of(w, seed=repeat)
+    shape, arm = shape_of(w, seed=repeat), ArmDir(out)
     warm: list[RequestRecord] = []
     if warmup:
         warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
         if all(not r.success and r.error.startswith("timeout") for r in warm):
-            write_jsonl(ArmDir(out).records(repeat), warm, keep_text=False)  # what it saw is kept
+            write_jsonl(arm.records(repeat), warm, keep_text=False)  # what it saw is kept
             # A server that answers no warm-up request is hung: sending the measured run to it would
             # only wait out the timeout a second time (issue 29: 71 s after a SIGSTOP at a 30 s timeout).
             raise ServerError(
@@ -78,7 +78,7 @@ def run_repeat(
     except OSError:
         before = None
     # NVML samples cover exactly the measured load (not the warm-up): energy per token is this run's.
-    with GpuSampler(ArmDir(out).gpu_samples(repeat)) as gpu:
+    with GpuSampler(arm.gpu_samples(repeat)) as gpu:
         result = run_load(
             params,
             prompts,
@@ -116,6 +116,6 @@ def run_repeat(
     }
     # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing
     # a statistic needs (the agreement probe keeps the outputs that matter).
-    write_jsonl(ArmDir(out).records(repeat), warm + result.records, keep_text=False)
-    write_json(ArmDir(out).meta(repeat), meta)  # after the records: a run is finished once its meta exists
+    write_jsonl(arm.records(repeat), warm + result.records, keep_text=False)
+    write_json(arm.meta(repeat), meta)  # after the records: a run is finished once its meta exists
     return RepeatResult(warm + result.records, meta)

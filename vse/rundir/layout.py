@@ -16,6 +16,7 @@ spelling names, so a layout change is one edit and a reader cannot look for a fi
                             baseline's second pass); <arm>/scores.jsonl teacher-forced scores
   sweep/<key>-<value>/      a load sweep's points, each a run directory of its own
   gemm/                     FP8 GEMM timings of the arms' backends (GPU runs, vse/gemm/bench.py)
+  model/                    a checkpoint the run generated (config, tokenizer; a planted fault's copy)
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ACCURACY_RESULT = "accuracy.json"  # the suite's summary of lm-eval's results, in <arm>/accuracy/
+# The run directory's folders that are not arms.
+PROMPTS, SWEEP, GEMM, MODEL = "prompts", "sweep", "gemm", "model"
 
 
 def _number(p: Path) -> int:
@@ -122,22 +125,32 @@ class RunDir:
         return self.path / "report.html"
 
     def prompts(self, k: int) -> Path:
-        return self.path / "prompts" / f"prompts-{k}.jsonl"
+        return self.path / PROMPTS / f"prompts-{k}.jsonl"
 
     def arm(self, name: str) -> ArmDir:
         return ArmDir(self.path / name)
 
+    def arm_dirs(self) -> list[ArmDir]:
+        """Every arm folder there is (baseline, candidate, reference), in name order."""
+        return [
+            ArmDir(d) for d in sorted(self.path.iterdir()) if d.is_dir() and d.name not in (PROMPTS, SWEEP, GEMM, MODEL)
+        ]
+
+    @property
+    def model(self) -> Path:
+        return self.path / MODEL
+
     @property
     def gemm(self) -> Path:
         """make gemm-bench's folder (its own files: vse/gemm/bench.py) when a GPU run timed its kernels."""
-        return self.path / "gemm"
+        return self.path / GEMM
 
     @property
     def gemm_result(self) -> Path:
         return self.gemm / "gemm.json"
 
     def sweep_point(self, label: str) -> Path:
-        return self.path / "sweep" / label
+        return self.path / SWEEP / label
 
     def raw_files(self) -> dict[str, int]:
         """Every raw file a report is computed from (relative path -> size), so a reader of
@@ -146,15 +159,13 @@ class RunDir:
         out = {
             str(p.relative_to(self.path)): p.stat().st_size for p in (self.scenario, self.environment) if p.is_file()
         }
-        for arm in sorted(
-            d for d in self.path.iterdir() if d.is_dir() and d.name not in ("prompts", "sweep", self.gemm.name)
-        ):
-            for p in sorted(arm.rglob("*")):
+        for arm in self.arm_dirs():
+            for p in sorted(arm.path.rglob("*")):
                 if (
                     p.is_file()
                     and p.suffix in (".jsonl", ".json")
-                    and "vllm" not in p.relative_to(arm).parts
-                    and "lm_eval" not in p.relative_to(arm).parts
+                    and "vllm" not in p.relative_to(arm.path).parts
+                    and "lm_eval" not in p.relative_to(arm.path).parts
                 ):
                     out[str(p.relative_to(self.path))] = p.stat().st_size
         return out

@@ -31,12 +31,8 @@ def is_packed(path: Path) -> bool:
     """A committed example still packed (an unpacked copy keeps raw.tar.xz beside its records)."""
     path = Path(path)
     return ((path / ARCHIVE).is_file() or (path / POINTER).is_file()) and not any(
-        RunDir(path).arm(d.name).record_files() for d in path.iterdir() if d.is_dir()
+        arm.record_files() for arm in RunDir(path).arm_dirs()
     )
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _from_git(example: Path, blob: str) -> bytes | None:
@@ -55,15 +51,15 @@ def raw_archive(example: Path) -> Path:
         return here
     ptr = json.loads((example / POINTER).read_text())
     store = os.environ.get(STORE_ENV)
-    candidates = [Path(store) / f"{ptr['sha256']}.tar.xz"] if store else []
-    data = next((p.read_bytes() for p in candidates if p.is_file()), None) or _from_git(example, ptr["blob"])
+    stored = Path(store) / f"{ptr['sha256']}.tar.xz" if store else None
+    data = stored.read_bytes() if stored and stored.is_file() else _from_git(example, ptr["blob"])
     if data is None:
         raise SuiteError(
             f"{example}: its raw data ({ptr['bytes']} bytes) is not here: it lives in git history (blob "
             f"{ptr['blob'][:12]}, commit {ptr['commit'][:12]}), which this checkout lacks (a shallow clone: "
             f"git fetch --unshallow), or in ${STORE_ENV}/{ptr['sha256']}.tar.xz"
         )
-    if _sha256(data) != ptr["sha256"]:
+    if hashlib.sha256(data).hexdigest() != ptr["sha256"]:
         raise SuiteError(f"{example}: the raw data found does not match raw.json's sha256 {ptr['sha256'][:12]}")
     atomic_write_bytes(here, data)
     return here

@@ -52,7 +52,9 @@ def load(path: Path) -> list[Scored] | None:
 
 def topk_sq_distance(tx: dict[str, float] | None, ty: dict[str, float] | None) -> float:
     """Mean squared difference of the logprobs two servers gave the tokens both listed at one position."""
-    common = set(tx or {}) & set(ty or {})
+    # in the first server's order, not a set's: a set's order changes with Python's string hashing
+    # from one process to the next, and so did the last digit of every rebuilt report's figures
+    common = [k for k in (tx or {}) if k in (ty or {})]
     return float(np.mean([(tx[k] - ty[k]) ** 2 for k in common])) if common else math.nan
 
 

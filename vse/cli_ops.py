@@ -11,7 +11,7 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
-from vse.rundir.layout import RunDir
+from vse.rundir.layout import SWEEP, RunDir
 
 console = Console(stderr=True)
 
@@ -60,7 +60,7 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
                 q.parent
                 for pat in ("*/run.json", "*/*/run.json")
                 for q in p.glob(pat)
-                if "sweep" not in q.parts[len(p.parts) :]
+                if SWEEP not in q.parts[len(p.parts) :]
             }
         )
         if not found:

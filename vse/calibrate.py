@@ -138,8 +138,9 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         "Role gated: the run's own gate decision (its looks, its alpha); shown: a decode measure decided "
         "here alone at the decode gate's margin and the run's gate alpha (the evidence the decode gate is chosen by). "
         "The interval is at the gate's alpha. "
-        "MDE: the change a design of the scenario's planned server starts per arm would detect with 80% power, "
-        "with the start-to-start variance this run measured.",
+        "MDE: the change the scenario's first look (its server_starts per arm, at this run's gate alpha) would "
+        "detect with 80% power in the gates' Welch test, with the start-to-start variances this run measured "
+        "(benchmarks/mde_projection.py projects every look of the sequential plan).",
         "",
     ]
     for a in analyses:

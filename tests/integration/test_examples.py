@@ -262,15 +262,19 @@ def test_the_h200_mde_projection_rebuilds_from_the_committed_runs():
     """reports/examples/h200-calibration/mde-projection.md (quoted in docs/statistics.md) is what
     benchmarks/mde_projection.py computes from the committed runs' raw data."""
     ex = ROOT / "reports" / "examples"
+    cal = ex / "h200-calibration"
     r = subprocess.run(
         [sys.executable, "benchmarks/mde_projection.py", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"]
-        + [str(ex / "h200-calibration" / n) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
-        + [str(ex / "h200-aa")],
+        + ["--truths", str(cal / "calibration.json")]
+        + [str(cal / n) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
+        + [str(ex / "h200-aa"), str(ex / "h200-cutlass-vs-torch")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    committed = (ex / "h200-calibration" / "mde-projection.md").read_text()
-    assert r.stdout.strip() in committed and "| tmean_itl_token_ms | 0.19% | 6 | 0.84% |" in r.stdout
+    committed = (cal / "mde-projection.md").read_text()
+    assert r.stdout.strip() in committed
+    assert "| tmean_itl_token_ms | 0.14% (0.19%) | 8 (14) | 0.82% |" in r.stdout
+    assert "| plant-0.85ms (+0.85 ms per all step) | FAIL 1.000 |" in r.stdout

@@ -224,7 +224,9 @@ def start_means(runs: Sequence[RunValue]) -> list[float]:
     return [float(np.mean(v)) for _, v in sorted(by.items())]
 
 
-def welch(lb: Sequence[float], lc: Sequence[float]) -> tuple[float, float, float, float, float]:
+def welch(
+    lb: Sequence[float] | np.ndarray, lc: Sequence[float] | np.ndarray
+) -> tuple[float, float, float, float, float]:
     """(diff, se, df, var_b, var_c) of the means of two samples of log values."""
     b, c = np.asarray(lb, float), np.asarray(lc, float)
     vb, vc = b.var(ddof=1), c.var(ddof=1)

@@ -1,11 +1,14 @@
-"""What a scenario's own sequential design would do on the hardware the given runs were made on:
-the start-to-start variance of each gated metric (each arm's estimate once, pooled weighted by
-its degrees of freedom), then per look the minimum detectable effect at 80% power at the alpha
-the spending plan gives that look (vse/stats/calibration.py mde, Welch's test as the gates run
-it), and the design's operating characteristics (vse/stats/operating.py): how often it PASSes,
-FAILs or stays INCONCLUSIVE and after how many starts, for an A/A and for each planted slowdown of
-a calibration, with the truths that calibration computed. A projection, not a measurement: the
-variances come from few starts.
+"""What a scenario's own sequential design would do on the hardware the given runs were made on,
+and what other numbers of runs per server start would do instead.
+
+From the runs' raw data: each gated metric's start-to-start variance (each arm once, pooled
+weighted by degrees of freedom), split into a between-start and a run-to-run component. Then:
+the minimum detectable effect at 80% power at each look's spent alpha (vse/stats/calibration.py
+mde: Welch's test as the gates run it); the design's operating characteristics (vse/stats/
+operating.py: how often it PASSes, FAILs, flags a change "worse", after how many starts) for an
+A/A, a 1% change in each gate alone and each planted slowdown of a calibration (its truths); and
+the same for 1-4 runs per start, with the device time each would take at the measured costs of a
+server start and a run. A projection, not a measurement: the variances come from few starts.
 
     python benchmarks/mde_projection.py --scenario scenarios/h200-llama3.1-8b-fp8-dummy.yaml \\
         --truths reports/examples/h200-calibration/calibration.json \\
@@ -17,53 +20,104 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scipy.stats import chi2  # noqa: E402
+from scipy.stats import chi2
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vse.analysis import analyze  # noqa: E402
 from vse.rundir import packed  # noqa: E402
+from vse.rundir.files import read_json  # noqa: E402
+from vse.rundir.layout import RunDir  # noqa: E402
 from vse.scenario_load import load_scenario  # noqa: E402
 from vse.stats.calibration import mde  # noqa: E402
 from vse.stats.decide import spent_alpha  # noqa: E402
 from vse.stats.operating import GateModel, Plan, simulate  # noqa: E402
 
 SIMULATIONS = 4000  # per comparison: probabilities to about +-0.8 points
+DESIGN_SIMULATIONS = 2000
+RUNS_PER_START = (1, 2, 3, 4)
+
+
+@dataclass
+class Noise:
+    """One gated metric's measured noise on the log scale."""
+
+    higher_is_better: bool
+    arms: dict[tuple[str, ...], list[list[float]]] = field(default_factory=dict)  # arm -> per start, its runs
+
+    def per_start(self) -> tuple[float, int]:
+        """Variance of a start's mean as the runs were made, pooled by df (starts - 1 per arm)."""
+        parts = [(statistics.variance([statistics.mean(s) for s in a]), len(a) - 1) for a in self.arms.values()]
+        parts = [(v, k) for v, k in parts if k > 0]
+        df = sum(k for _, k in parts)
+        return (sum(v * k for v, k in parts) / df if df else math.nan), df
+
+    def components(self) -> tuple[float, float, int]:
+        """(between-start variance, run-to-run variance, the latter's df): a one-way split. The
+        between-start part is what start means vary by beyond their runs' own spread (floored at 0)."""
+        within = [(statistics.variance(s), len(s) - 1) for a in self.arms.values() for s in a if len(s) > 1]
+        wdf = sum(k for _, k in within)
+        w = sum(v * k for v, k in within) / wdf if wdf else math.nan
+        parts = []
+        for a in self.arms.values():
+            if len(a) > 1:
+                runs = statistics.mean(len(s) for s in a)
+                parts.append((statistics.variance([statistics.mean(s) for s in a]) - w / runs, len(a) - 1))
+        df = sum(k for _, k in parts)
+        return max(sum(v * k for v, k in parts) / df, 0.0) if df else math.nan, w, wdf
+
+
+def load(runs: list[Path], metrics: list[str]) -> tuple[dict[str, Noise], list[float], list[float]]:
+    """Each metric's noise (a baseline shared by several runs counted once), and the seconds each
+    server start took to its first run and each run took, from the runs' phase logs."""
+    noise: dict[str, Noise] = {}
+    starts_s, runs_s = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in runs:
+            d = packed.unpack(run, Path(tmp) / run.name) if packed.is_packed(run) else run
+            for row in analyze(d).comparison:
+                if row.key not in metrics:
+                    continue
+                n = noise.setdefault(row.key, Noise(row.higher_is_better))
+                for values, starts in (
+                    (row.baseline_runs, row.baseline_starts),
+                    (row.candidate_runs, row.candidate_starts),
+                ):
+                    by: dict[int, list[float]] = defaultdict(list)
+                    for v, s in zip(values, starts):
+                        if math.isfinite(v) and v > 0:
+                            by[s].append(math.log(v))
+                    n.arms.setdefault(tuple(f"{v:.9g}" for v in values), [by[s] for s in sorted(by)])
+            a, b = phase_costs(RunDir(d).run_json)
+            starts_s += a
+            runs_s += b
+    return noise, starts_s, runs_s
+
+
+def phase_costs(run_json: Path) -> tuple[list[float], list[float]]:
+    """Seconds from each server start to its first run, and from each run to the next phase."""
+    phases = read_json(run_json).get("phases", []) if run_json.is_file() else []
+    at = [(p["phase"], datetime.fromisoformat(p["at"])) for p in phases]
+    starts, runs = [], []
+    for (phase, t), (nxt, t2) in zip(at, at[1:]):
+        if phase == "start server" and nxt == "benchmark":
+            starts.append((t2 - t).total_seconds())
+        elif phase == "benchmark":
+            runs.append((t2 - t).total_seconds())
+    return starts, runs
 
 
 def upper(var: float, df: int, level: float = 0.9) -> float:
     """The one-sided upper confidence bound of a pooled variance (chi-square, df): what a noisier
     day or machine than the ones measured could plausibly show."""
     return var * df / float(chi2.ppf(1 - level, df))
-
-
-def pooled_variances(runs: list[Path], metrics: list[str]) -> dict[str, tuple[float, int, int, bool]]:
-    """metric -> (pooled per-start variance of log values, arm estimates, their degrees of freedom,
-    higher is better).
-    Each arm estimate (starts - 1 df) weighs by its df; a baseline shared by several runs
-    (BASE_RUN) is counted once."""
-    seen: dict[str, dict[tuple[str, ...], tuple[float, int]]] = {m: {} for m in metrics}
-    higher: dict[str, bool] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in runs:
-            d = packed.unpack(run, Path(tmp) / run.name) if packed.is_packed(run) else run
-            for row in analyze(d).comparison:
-                if row.key not in seen:
-                    continue
-                higher[row.key] = row.higher_is_better
-                arms = ((row.baseline_runs, row.var_base, row.n_base), (row.candidate_runs, row.var_cand, row.n_cand))
-                for values, var, starts in arms:
-                    if math.isfinite(var) and starts >= 2:
-                        seen[row.key][tuple(f"{v:.9g}" for v in values)] = (var, starts - 1)  # the same arm, once
-    out = {}
-    for m, arms in seen.items():
-        df = sum(k for _, k in arms.values())
-        if df:
-            out[m] = (sum(v * k for v, k in arms.values()) / df, len(arms), df, higher[m])
-    return out
 
 
 def truths(path: Path | None) -> dict[str, dict[str, float]]:
@@ -78,6 +132,10 @@ def truths(path: Path | None) -> dict[str, dict[str, float]]:
     return {k: v for k, v in out.items() if any(v.values())}
 
 
+def one_percent(metric: str, higher_is_better: bool) -> dict[str, float]:
+    return {metric: -0.01 if higher_is_better else 0.01}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", type=Path, required=True)
@@ -86,13 +144,31 @@ def main() -> int:
     a = p.parse_args()
     s = load_scenario(a.scenario)
     first, last, alpha = s.run.server_starts, s.run.max_server_starts or s.run.server_starts, s.gates.significance
-    gates = s.gates.performance
-    var = pooled_variances(a.runs, [g.metric for g in gates])
+    plan = Plan(first, last, alpha)
+    gates = [g for g in s.gates.performance]
+    noise, start_s, run_s = load(a.runs, [g.metric for g in gates])
+    gates = [g for g in gates if g.metric in noise]
     looks = list(range(first, last + 1))
     at = {k: spent_alpha(alpha, k, first, s.run.max_server_starts) for k in looks}
-    print(f"# What {s.name}'s own design would do ({first} to {last} starts per arm)\n")
+    pooled = {g.metric: noise[g.metric].per_start() for g in gates}
+
+    def models(change: dict[str, float], var: dict[str, float]) -> list[GateModel]:
+        return [
+            GateModel(
+                g.metric,
+                noise[g.metric].higher_is_better,
+                g.max_worse_pct / 100,
+                var[g.metric],
+                change.get(g.metric, 0.0),
+            )
+            for g in gates
+        ]
+
     print(
-        f"Per-start variances pooled (weighted by degrees of freedom) from {', '.join(r.name for r in a.runs)}. "
+        f"# What {s.name}'s own design would do ({first} to {last} starts per arm, {s.workload.repeats} run(s) each)\n"
+    )
+    print(
+        f"Variances pooled (weighted by degrees of freedom) from {', '.join(r.name for r in a.runs)}. "
         f"Alpha per look (power-2 spending of {alpha:g}): " + ", ".join(f"{k}: {v:.4f}" for k, v in at.items()) + ".\n"
     )
     print("## Minimum detectable effect at 80% power (Welch's test, each look's alpha)\n")
@@ -103,36 +179,40 @@ def main() -> int:
     )
     print("|---|---:|---:|" + "---:|" * (len(looks) + 1))
     for g in gates:
-        if g.metric in var:
-            v, n, df, _ = var[g.metric]
-            cells = " | ".join(f"{100 * mde(v, v, k, at[k]):.2f}%" for k in looks)
-            hi = upper(v, df)
-            print(
-                f"| {g.metric} | {100 * math.sqrt(v):.2f}% ({100 * math.sqrt(hi):.2f}%) | {n} ({df}) | {cells} | "
-                f"{100 * mde(hi, hi, first, at[first]):.2f}% |"
-            )
-    models = {g.metric: (g, var[g.metric]) for g in gates if g.metric in var}
-    cases: dict[str, dict[str, float]] = {"A/A": {}, "A/A, every sd at its upper 90% bound": {}} | truths(a.truths)
+        v, df = pooled[g.metric]
+        hi = upper(v, df)
+        cells = " | ".join(f"{100 * mde(v, v, k, at[k]):.2f}%" for k in looks)
+        print(
+            f"| {g.metric} | {100 * math.sqrt(v):.2f}% ({100 * math.sqrt(hi):.2f}%) | {len(noise[g.metric].arms)} ({df}) "
+            f"| {cells} | {100 * mde(hi, hi, first, at[first]):.2f}% |"
+        )
+
+    var = {m: v for m, (v, _) in pooled.items()}
+    bound = {m: upper(v, df) for m, (v, df) in pooled.items()}
+    cases: list[tuple[str, dict[str, float], dict[str, float]]] = [
+        ("A/A", {}, var),
+        ("A/A, every sd at its upper 90% bound", {}, bound),
+    ]
+    cases += [(f"{g.metric} 1% worse", one_percent(g.metric, noise[g.metric].higher_is_better), var) for g in gates]
+    cases += [(name, t, var) for name, t in truths(a.truths).items()]
     print(f"\n## Operating characteristics ({SIMULATIONS} simulated comparisons each, seed 0)\n")
     print(
         "Every gate of the scenario at once, Holm across them at each look, stopping once every gate is "
-        "decided (vse/stats/operating.py). Truths: the calibration's, per gate; a gate without one is drawn "
-        "unchanged.\n"
+        "decided (vse/stats/operating.py). 'N 1% worse': that gate alone changed (only its row shown); a calibration "
+        "comparison: each gate at its planted truth. 'worse': the final interval lies beyond no change.\n"
     )
-    print("| comparison | gate | truth | P(PASS) | P(PASS, worse) | P(FAIL) | P(INCONCLUSIVE) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| comparison | gate | truth | P(PASS) | P(worse) | P(PASS, worse) | P(FAIL) | P(INCONCLUSIVE) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     summary = []
-    for name, truth in cases.items():
-        noisy = "bound" in name
-        ms = [
-            GateModel(m, hib, g.max_worse_pct / 100, upper(v, df) if noisy else v, truth.get(m, 0.0))
-            for m, (g, (v, _, df, hib)) in models.items()
-        ]
-        oc = simulate(ms, Plan(first, last, alpha), n=SIMULATIONS, seed=0)
+    for name, change, v in cases:
+        ms = models(change, v)
+        oc = simulate(ms, plan, n=SIMULATIONS, seed=0)
         for m in ms:
+            if name.endswith("1% worse") and not m.change:
+                continue  # the other gates' rows repeat the A/A's
             o = oc.gates[m.metric]
             print(
-                f"| {name} | {m.metric} | {100 * m.change:+.2f}% | {o.get('pass', 0):.3f} | "
+                f"| {name} | {m.metric} | {100 * m.change:+.2f}% | {o.get('pass', 0):.3f} | {o.get('worse', 0):.3f} | "
                 f"{o.get('pass_worse', 0):.3f} | {o.get('fail', 0):.3f} | {o.get('inconclusive', 0):.3f} |"
             )
         starts = ", ".join(f"{k}: {v:.3f}" for k, v in oc.starts.items())
@@ -140,7 +220,40 @@ def main() -> int:
         summary.append(f"| {name} | {verdict} | {oc.mean_starts:.2f} | {starts} |")
     print("\n| comparison | verdict | mean starts per arm | stopped at (starts: probability) |\n|---|---|---:|---|")
     print("\n".join(summary))
+
+    design_table(gates, noise, models, plan, start_s, run_s)
     return 0
+
+
+def design_table(gates, noise: dict[str, Noise], models, plan: Plan, start_s: list[float], run_s: list[float]) -> None:
+    """The same design with 1-4 runs per start: a start's variance is between + run-to-run / runs."""
+    comp = {g.metric: noise[g.metric].components() for g in gates}
+    st, rn = statistics.median(start_s), statistics.median(run_s)
+    print("\n## Runs per server start\n")
+    print("| metric | between-start sd | run-to-run sd (df) |\n|---|---:|---:|")
+    for g in gates:
+        b, w, wdf = comp[g.metric]
+        print(f"| {g.metric} | {100 * math.sqrt(b):.3f}% | {100 * math.sqrt(w):.3f}% ({wdf}) |")
+    print(
+        f"\nA server start to its first run took {st:.0f} s (median of {len(start_s)}), a run {rn:.0f} s "
+        f"(median of {len(run_s)}; with its warm-up), so a comparison of k starts per arm with r runs each takes "
+        f"about 2k ({st:.0f} + {rn:.0f} r) s. {DESIGN_SIMULATIONS} simulated comparisons per cell, seed 0; "
+        "'worse at 1%': the chance a 1% change in that gate alone is flagged worse.\n"
+    )
+    head = " | ".join(f"{g.metric} worse at 1%" for g in gates)
+    print(f"| runs per start | A/A PASS | A/A mean starts | A/A device minutes | {head} |")
+    print("|---:|---:|---:|---:|" + "---:|" * len(gates))
+    for r in RUNS_PER_START:
+        var = {m: b + w / r for m, (b, w, _) in comp.items()}
+        aa = simulate(models({}, var), plan, n=DESIGN_SIMULATIONS, seed=0)
+        power = []
+        for g in gates:
+            oc = simulate(
+                models(one_percent(g.metric, noise[g.metric].higher_is_better), var), plan, n=DESIGN_SIMULATIONS, seed=0
+            )
+            power.append(f"{oc.gates[g.metric].get('worse', 0):.3f}")
+        minutes = aa.mean_starts * 2 * (st + rn * r) / 60
+        print(f"| {r} | {aa.verdict.get('pass', 0):.3f} | {aa.mean_starts:.2f} | {minutes:.1f} | {' | '.join(power)} |")
 
 
 if __name__ == "__main__":

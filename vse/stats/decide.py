@@ -109,11 +109,16 @@ def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], 
 
 
 def decide(
-    gates: list[GateInput], alpha: float, alpha_at: Callable[[int], float] | None = None, max_starts: int | None = None
+    gates: list[GateInput],
+    alpha: float,
+    alpha_at: Callable[[int], float] | None = None,
+    max_starts: int | None = None,
+    estimate_more: bool = True,
 ) -> list[GateDecision]:
     """Three outcomes per gated metric; see the module docstring. alpha_at(starts) is the alpha
     the plan spends at a later look (for the 'more starts' estimate; default: this look's) and
-    max_starts the plan's last look (an estimate beyond it says so)."""
+    max_starts the plan's last look (an estimate beyond it says so). estimate_more=False skips
+    that estimate (a simulation of the design, which adds the starts itself, has no use for it)."""
     rows, p_fail = [], []
     for g in gates:
         e = g.est
@@ -153,7 +158,7 @@ def decide(
         else:
             outcome = Outcome.INCONCLUSIVE
         more = beyond = None
-        if outcome is Outcome.INCONCLUSIVE:
+        if outcome is Outcome.INCONCLUSIVE and estimate_more:
             s = starts_to_decide(e, w, m, alpha_at or (lambda _k: alpha))
             more = None if s is None else s - min(e.n_base, e.n_cand)
             beyond = s is not None and max_starts is not None and s > max_starts
@@ -164,7 +169,7 @@ def decide(
             f"{lead}; change toward worse {100 * rel:+.2f}%, {100 * (1 - alpha):.4g}% interval "
             f"[{100 * lo:+.2f}%, {100 * hi:+.2f}%] vs margin {100 * g.margin:g}% ({e.n_base} + {e.n_cand} server starts)"
         )
-        if outcome is Outcome.INCONCLUSIVE:
+        if outcome is Outcome.INCONCLUSIVE and estimate_more:
             detail += (
                 f"; about {more} more server start(s) per arm would likely decide it"
                 + (f", beyond the plan's {max_starts} per arm (run.max_server_starts)" if beyond else "")

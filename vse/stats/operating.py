@@ -89,7 +89,7 @@ def simulate(models: list[GateModel], plan: Plan, n: int = 2000, seed: int = 0) 
                 GateInput(m.metric, _estimate(b[:k], c[:k]), m.higher_is_better, m.margin)
                 for m, (b, c) in zip(models, draws)
             ]
-            decisions = decide(inputs, alpha, lambda s: spent_alpha(plan.alpha, s, plan.first, max_starts), max_starts)
+            decisions = decide(inputs, alpha, estimate_more=False)
             if k == last or all(d.outcome is not Outcome.INCONCLUSIVE for d in decisions):
                 break
         stops[k] += 1

@@ -40,6 +40,7 @@ def write_run(
     overrides: list[str] = (),
     lag_ms: dict[tuple[str, int], float] | None = None,
     status: str = "complete",
+    stopped: str | None = None,
 ) -> Path:
     """runs: arm -> [(server start, decode step ms)] per run, in order."""
     s = load_scenario(
@@ -54,7 +55,7 @@ def write_run(
     )
     root.mkdir(parents=True, exist_ok=True)
     (root / "scenario.yaml").write_text(yaml.safe_dump(dump(s)))
-    (root / "run.json").write_text(json.dumps({"status": status}))
+    (root / "run.json").write_text(json.dumps({"status": status} | ({"stopped": stopped} if stopped else {})))
     for arm, plan in runs.items():
         d = root / arm
         d.mkdir(exist_ok=True)

@@ -24,6 +24,18 @@ def test_a_planned_look_decides_and_unbalanced_arms_do_not(tmp_path):
     assert g.outcome is Outcome.INCONCLUSIVE and "unbalanced arms (2 + 3 server starts)" in g.detail
 
 
+def test_a_run_its_time_budget_stopped_says_so_and_how_to_go_on(tmp_path):
+    """The report of a budget stop names it first; before, only a gate's detail said 'unbalanced
+    arms' (seen in a CPU rehearsal of the H200 calibration, 2026-12-05)."""
+    same = [(0, 10.0), (0, 10.02), (1, 10.01), (1, 9.99)]
+    runs = {"baseline": same, "candidate": same[:2]}
+    stop = "time budget of 280 s spent; RESUME to add starts"
+    a = analyze(write_run(tmp_path / "cut", runs, [*GATE, "run.max_server_starts=4"], stopped=stop))
+    assert a.notes[0].startswith("stopped after 2 + 1 server starts, before the plan's end (2 to 4 per arm): " + stop)
+    assert f"RESUME={tmp_path / 'cut'}" in a.notes[0]
+    assert not any(n.startswith("stopped") for n in analyze(write_run(tmp_path / "whole", runs, GATE)).notes)
+
+
 def test_a_disturbed_run_leaves_the_table_but_not_the_gate(tmp_path):
     base = [(0, 10.0), (0, 10.0), (1, 10.01), (1, 10.0)]
     cand = [(0, 10.2), (0, 11.0), (1, 10.2), (1, 10.21)]  # one run 8% slower: a stall, or the candidate

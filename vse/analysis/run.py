@@ -168,6 +168,14 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
                 f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
                 "are not this run's noise floor, only an indication"
             )
+    if stopped := run.get("stopped"):  # the time budget ended the call before the plan did (compare.py)
+        b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
+        notes.insert(
+            0,
+            f"stopped after {b} + {c} server starts, before the plan's end ({s.run.server_starts} to "
+            f"{s.run.max_server_starts or s.run.server_starts} per arm): {stopped} "
+            f"(`make compare RESUME={run_dir} BUDGET=<seconds>` goes on)",
+        )
     status = run.get("status")
     if status != "complete":
         notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")

@@ -35,7 +35,16 @@ cli() { python3 -m vse.cli compare --scenario $SC "$@"; }
 # 3+3-start run is ~30 MB): cat $1.tar.xz.part_* | tar xJf - here.
 # the newest run directory (one with run.json: reports/examples is newer on a fresh copy)
 newest_run() { dirname "$(ls -t reports/*/run.json | head -1)"; }
-pack() { local d=${2:-$(newest_run)}; tar -I 'xz -T0 -1' -cf - --exclude=model -C reports "$(basename "$d")" | split -b 15M - "$OUT/$1.tar.xz.part_"; echo "packed $d"; }
+pack() { local d=${2:-$(newest_run)}; tar -I 'xz -T0 -1' -cf - --exclude=model -C reports "$(basename "$d")" | split -b 15M - "$OUT/$1.tar.xz.part_"; echo "packed $d"; state "$d"; }
+# Whether the run needs another `more`: a time-budget stop leaves status "complete" with "stopped" set
+state() {
+  python3 - "$1" <<'PY' || echo "run $1: no run.json"
+import json, sys
+r = json.load(open(sys.argv[1] + "/run.json"))
+stopped, status, code = r.get("stopped"), r.get("status"), r.get("exit_code")
+print(f"run {sys.argv[1]}: " + (f"stopped ({stopped}): call more again" if stopped else f"{status}, exit {code}: nothing more to run"))
+PY
+}
 LIMIT=${LIMIT:-570}  # SIGTERM before the device's limit: the suite stops its servers and keeps what it measured
 case ${1:-} in
   preflight)

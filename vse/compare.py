@@ -73,7 +73,7 @@ class Orchestrator(ArmChecks):
         self.model: models.ResolvedModel | None = None
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
-        self.server_count = sum(len(read_json(p)) for p in run_dir.glob("*/servers.json"))  # resume: go on
+        self.server_count = run_state.next_server(run_dir)  # resume: go on
         self.machine = machine_id()  # recorded with every server start: a RESUME may land on another machine
 
     def log(self, msg: str) -> None:
@@ -325,10 +325,13 @@ class Orchestrator(ArmChecks):
         for arm, src_run in reuse.items():
             if not (self.run_dir / arm).exists():
                 self.reuse_arm(arm, src_run)
+        self.server_count = run_state.next_server(self.run_dir)  # after the reused arm's servers
         rs = self.s.run
         t0 = time.monotonic()
         per_start = self.make_up_checks(reuse)
-        todo = [a for a in self.plan(rs.max_server_starts or rs.server_starts) if a[0] not in reuse]
+        # A reused arm's starts count as made (starts_done); the plan adds more of it when a look
+        # needs them, or it could never look again: 3 + 4 is no look of the plan.
+        todo = self.plan(rs.max_server_starts or rs.server_starts)
         for arm, start in todo:
             if start < self.starts_done(arm):
                 continue  # measured by an earlier call (RESUME)

@@ -286,3 +286,24 @@ def test_every_option_of_every_command_has_help():
         "calibrate",
         "setup",
     }
+
+
+def test_a_reused_baseline_grows_with_the_sequential_plan(tmp_path, monkeypatch):
+    """BASE_RUN with a sequential plan: when a look is undecided, the reused arm gets new starts in
+    this run too. Before, only the candidate did, so 2 + 3 and 2 + 4 were no look the plan counted
+    and every look after the first was lost (found in a CPU rehearsal of the H200 calibration flow).
+    New starts are numbered after the reused arm's servers, whose numbers came from their own run."""
+    fake_plan(monkeypatch)
+    _, src = plan_run(tmp_path / "src", ["run.server_starts=2"])
+    (src / "baseline" / "servers.json").write_text(json.dumps([{"server": 0}, {"server": 3}]))
+    monkeypatch.setattr(run_state, "check_reusable", lambda *a, **k: None)
+    calls, answers = fake_plan(monkeypatch, decisions=[False, True])
+    from vse.scenario_load import load_scenario
+
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.server_starts=2", "run.max_server_starts=4"])
+    opts = compare.CompareOptions(reports_root=tmp_path / "new", reuse={"baseline": src})
+    s, run_dir = compare.start_run(s, opts)
+    compare.run_compare(s, run_dir, opts)
+    assert calls == [("candidate", 0, True), ("candidate", 1, False), ("baseline", 2, False), ("candidate", 2, False)]
+    assert answers == [] and run_state.starts_done(run_dir, "baseline") == 3
+    assert run_state.next_server(run_dir) == 4  # after the reused servers 0 and 3 (counting them said 2)

@@ -19,6 +19,15 @@ def starts_done(run_dir: Path, arm: str) -> int:
     return len({read_json(p).get("server_start", 0) for p in RunDir(run_dir).arm(arm).metas().values()})
 
 
+def next_server(run_dir: Path) -> int:
+    """The number the run's next server start gets: after every recorded one, the servers of a
+    reused arm included (numbered in the run they came from, so not necessarily 0..n-1)."""
+    ids = [
+        sv.get("server", -1) for a in RunDir(run_dir).arm_dirs() if a.servers.is_file() for sv in read_json(a.servers)
+    ]
+    return 1 + max(ids, default=-1)
+
+
 def check_files(run_dir: Path, s: Scenario, arm: str) -> list[Path]:
     """What an arm's checks leave behind, each file written whole: the reference's scores; an arm's
     accuracy status, agreement probes (the baseline's twice) and scores."""

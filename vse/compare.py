@@ -328,7 +328,7 @@ class Orchestrator(ArmChecks):
         self.server_count = run_state.next_server(self.run_dir)  # after the reused arm's servers
         rs = self.s.run
         t0 = time.monotonic()
-        per_start = self.make_up_checks(reuse)
+        per_start = self.make_up_checks()
         # A reused arm's starts count as made (starts_done); the plan adds more of it when a look
         # needs them, or it could never look again: 3 + 4 is no look of the plan.
         todo = self.plan(rs.max_server_starts or rs.server_starts)

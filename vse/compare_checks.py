@@ -110,17 +110,19 @@ class ArmChecks:
         finally:
             srv.stop()
 
-    def make_up_checks(self, reuse: dict) -> list[tuple[str, float]]:
+    def make_up_checks(self) -> list[tuple[str, float]]:
         """Checks missing after an earlier call: the reference first (one that cannot start ends the run
         before anything is measured); then each arm that measured a start but was stopped before its
-        checks (seen on the H200: a call's time limit hit during the candidate's agreement probe).
-        Returns (arm, seconds) as the next measured start's estimate: this start plus its runs."""
+        checks (seen on the H200: a call's time limit hit during the candidate's agreement probe), or
+        that was reused from a run that did not make the checks this scenario gates on (agreement
+        off there: the gate FAILed for want of data). Returns (arm, seconds) as the next measured
+        start's estimate: this start plus its runs."""
         made = []
         if not run_state.checks_saved(self.run_dir, self.s, "reference"):  # only with agreement.reference
             self.checks_start("reference")
         for arm in ("baseline", "candidate"):
-            if arm not in reuse and self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
-                self.log(f"{arm}: its checks were not saved by an earlier call: one server start for them")
+            if self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
+                self.log(f"{arm}: its checks were not saved by the call that measured it: one server start for them")
                 t = time.monotonic()
                 self.checks_start(arm)
                 made.append(

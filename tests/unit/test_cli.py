@@ -307,3 +307,21 @@ def test_a_reused_baseline_grows_with_the_sequential_plan(tmp_path, monkeypatch)
     assert calls == [("candidate", 0, True), ("candidate", 1, False), ("baseline", 2, False), ("candidate", 2, False)]
     assert answers == [] and run_state.starts_done(run_dir, "baseline") == 3
     assert run_state.next_server(run_dir) == 4  # after the reused servers 0 and 3 (counting them said 2)
+
+
+def test_a_reused_arm_without_this_scenarios_checks_gets_them_made_up(tmp_path, monkeypatch):
+    """A baseline reused from a run with agreement and accuracy off: this run, which gates on them,
+    makes them up in one server start first. Before, the reused arm was skipped and the agreement
+    gate FAILed with 'no agreement data from both arms' (a CPU rehearsal of the H200 calibration)."""
+    fake_plan(monkeypatch)
+    _, src = plan_run(tmp_path / "src", ["run.server_starts=2", "agreement.enabled=false", "accuracy.enabled=false"])
+    monkeypatch.setattr(run_state, "check_reusable", lambda *a, **k: None)
+    calls, _ = fake_plan(monkeypatch)
+    from vse.scenario_load import load_scenario
+
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.server_starts=2"])
+    opts = compare.CompareOptions(reports_root=tmp_path / "new", reuse={"baseline": src})
+    s, run_dir = compare.start_run(s, opts)
+    compare.run_compare(s, run_dir, opts)
+    assert calls == [("baseline", "checks"), ("candidate", 0, True), ("candidate", 1, False)]
+    assert run_state.checks_saved(run_dir, s, "baseline")

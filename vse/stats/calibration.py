@@ -79,9 +79,10 @@ def mde(var_base: float, var_cand: float, starts: int, alpha: float, power: floa
     power at two-sided level alpha, given per-start variances of the log values, for Welch's test
     as the gates run it: its standard error and df are estimated from the starts themselves. The
     textbook (t_{1-a/2,df} + t_{power,df}) x SE treats them as known and, at 3 + 3 starts, names a
-    change that is detected 68% of the time at alpha 0.05 and 55% at a first look's 0.0125, not 80%. Solved on fixed draws (seeded, so a report
-    rebuilds identically): the two variance estimates (chi-square, starts - 1 df each) and the
-    estimate's error; tests/unit/test_operating.py checks it against the sequential simulation."""
+    change that is detected 68% of the time at alpha 0.05 and 55% at a first look's 0.0125, not
+    80%. Solved on fixed draws (seeded, so a report rebuilds identically): the two variance
+    estimates (chi-square, starts - 1 df each) and the estimate's error;
+    tests/unit/test_operating.py checks it against the sequential simulation."""
     if not (math.isfinite(var_base) and math.isfinite(var_cand)) or starts < 2:
         return float("nan")
     se_true = math.sqrt((var_base + var_cand) / starts)

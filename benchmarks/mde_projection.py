@@ -54,8 +54,7 @@ class Noise:
 
     def per_start(self) -> tuple[float, int]:
         """Variance of a start's mean as the runs were made, pooled by df (starts - 1 per arm)."""
-        parts = [(statistics.variance([statistics.mean(s) for s in a]), len(a) - 1) for a in self.arms.values()]
-        parts = [(v, k) for v, k in parts if k > 0]
+        parts = [(_start_mean_var(a), len(a) - 1) for a in self.arms.values() if len(a) > 1]
         df = sum(k for _, k in parts)
         return (sum(v * k for v, k in parts) / df if df else math.nan), df
 
@@ -69,9 +68,14 @@ class Noise:
         for a in self.arms.values():
             if len(a) > 1:
                 runs = statistics.mean(len(s) for s in a)
-                parts.append((statistics.variance([statistics.mean(s) for s in a]) - w / runs, len(a) - 1))
+                parts.append((_start_mean_var(a) - w / runs, len(a) - 1))
         df = sum(k for _, k in parts)
         return max(sum(v * k for v, k in parts) / df, 0.0) if df else math.nan, w, wdf
+
+
+def _start_mean_var(arm: list[list[float]]) -> float:
+    """The variance of an arm's start means (each start's runs averaged first)."""
+    return statistics.variance([statistics.mean(s) for s in arm])
 
 
 def load(runs: list[Path], metrics: list[str]) -> tuple[dict[str, Noise], list[float], list[float]]:
@@ -145,7 +149,7 @@ def main() -> int:
     s = load_scenario(a.scenario)
     first, last, alpha = s.run.server_starts, s.run.max_server_starts or s.run.server_starts, s.gates.significance
     plan = Plan(first, last, alpha)
-    gates = [g for g in s.gates.performance]
+    gates = list(s.gates.performance)
     noise, start_s, run_s = load(a.runs, [g.metric for g in gates])
     gates = [g for g in gates if g.metric in noise]
     looks = list(range(first, last + 1))

@@ -3,7 +3,7 @@
 them together as one Analysis. Reads raw data only, so `make report` rebuilds everything without
 a server."""
 
-from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run
+from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _machine_notes
 from vse.analysis.run import Analysis, analyze, fmt_pct
 from vse.analysis.verdict import (
@@ -19,6 +19,7 @@ __all__ = [
     "ARMS",
     "ArmAnalysis",
     "first_wave",
+    "starts_made",
     "load_arm",
     "load_scenario_from_run",
     "_machine_notes",

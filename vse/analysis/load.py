@@ -111,6 +111,12 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     )
 
 
+def starts_made(arms: dict[str, ArmAnalysis]) -> tuple[int, int]:
+    """Server starts with a run, baseline and candidate (0 for an arm not there)."""
+    b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
+    return b, c
+
+
 def _complete(run_dir: Path) -> bool:
     path = RunDir(run_dir).run_json
     return path.is_file() and read_json(path).get("status") == "complete"

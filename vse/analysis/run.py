@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vse import sweep
-from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run
+from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
 from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed, look_of, required, unplanned_look
 from vse.checks import agreement, fidelity
@@ -169,7 +169,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
                 "are not this run's noise floor, only an indication"
             )
     if stopped := run.get("stopped"):  # the time budget ended the call before the plan did (compare.py)
-        b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
+        b, c = starts_made(arms)
         notes.insert(
             0,
             f"stopped after {b} + {c} server starts, before the plan's end ({s.run.server_starts} to "

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from vse.analysis.load import ARMS, ArmAnalysis
+from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
 from vse.scenario import Scenario
 from vse.stats import estimate as stats
@@ -157,7 +157,7 @@ def unplanned_look(s: Scenario, arms: dict[str, ArmAnalysis]) -> str | None:
     """Why this data is not a look the alpha-spending plan counted (None when it is): the plan looks
     with equal starts per arm, from server_starts up to max_server_starts. A time-budget stop, or a
     resumed run with unbalanced arms, decides nothing on the performance gates."""
-    b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
+    b, c = starts_made(arms)
     top = s.run.max_server_starts or s.run.server_starts
     if b != c:
         return f"unbalanced arms ({b} + {c} server starts): not a look the plan counted"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from vse.analysis import Analysis, ArmAnalysis, fmt_pct
+from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.report import gemm, sweep, telemetry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
@@ -113,7 +113,7 @@ def workload_text(a: Analysis) -> str:
     """The workload and the design; a sequential design says how many starts it made, not only
     how many it planned first."""
     s, w = a.scenario, a.scenario.workload
-    made = [a.arms[n].starts if n in a.arms else 0 for n in ("baseline", "candidate")]
+    made = starts_made(a.arms)
     return (
         f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
         f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"

@@ -22,6 +22,7 @@ import numpy as np
 import scipy.stats as sps
 
 from vse.stats.decide import GateInput, decide
+from vse.stats.estimate import welch_df
 
 STEPS_KEY = "vllm:iteration_tokens_total_count"
 MDE_DRAWS = 200_000  # the MDE's Monte Carlo error is then about 0.2% of its value
@@ -92,9 +93,9 @@ def mde(var_base: float, var_cand: float, starts: int, alpha: float, power: floa
     z = rng.standard_normal(MDE_DRAWS)
     sb = var_base * rng.chisquare(starts - 1, MDE_DRAWS) / (starts - 1) / starts
     sc = var_cand * rng.chisquare(starts - 1, MDE_DRAWS) / (starts - 1) / starts
-    den = (sb * sb + sc * sc) / (starts - 1)
-    df = np.where(den > 0, (sb + sc) ** 2 / np.where(den > 0, den, 1), 2 * starts - 2)
-    bound = sps.t.ppf(1 - alpha / 2, df) * np.sqrt(sb + sc) - z * se_true  # detected when the change exceeds it
+    bound = (
+        sps.t.ppf(1 - alpha / 2, welch_df(sb, sc, starts)) * np.sqrt(sb + sc) - z * se_true
+    )  # detected when the change exceeds it
     return math.expm1(float(np.quantile(bound, power)))
 
 

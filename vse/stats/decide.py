@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats as sps
 
-from vse.stats.estimate import Design, Estimate
+from vse.stats.estimate import Design, Estimate, welch_df
 
 
 class Outcome(str, enum.Enum):
@@ -100,8 +100,7 @@ def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], 
         return None
     sb, sc = e.var_base / starts, e.var_cand / starts
     se = np.sqrt(sb + sc)
-    den = (sb * sb + sc * sc) / (starts - 1)
-    df = np.where(den > 0, (sb + sc) ** 2 / np.where(den > 0, den, 1), 2 * starts - 2)
+    df = welch_df(sb, sc, starts)
     alpha = np.array([alpha_at(int(k)) for k in starts])
     # one vectorised quantile call: this runs for every undecided gate, and simulations decide thousands
     decides = (se == 0) | (sps.t.ppf(1 - alpha / 2, df) * se < gap)

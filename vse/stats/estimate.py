@@ -224,6 +224,13 @@ def start_means(runs: Sequence[RunValue]) -> list[float]:
     return [float(np.mean(v)) for _, v in sorted(by.items())]
 
 
+def welch_df(sb: np.ndarray, sc: np.ndarray, starts: int | np.ndarray) -> np.ndarray:
+    """Welch-Satterthwaite df of equal-sized arms (`starts` each) from their squared standard errors,
+    elementwise; 2 (starts - 1) where both are 0. For plans and simulations over many draws."""
+    den = (sb * sb + sc * sc) / (starts - 1)
+    return np.where(den > 0, (sb + sc) ** 2 / np.where(den > 0, den, 1), 2 * starts - 2)
+
+
 def welch(
     lb: Sequence[float] | np.ndarray, lc: Sequence[float] | np.ndarray
 ) -> tuple[float, float, float, float, float]:

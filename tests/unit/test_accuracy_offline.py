@@ -1,8 +1,11 @@
+import gzip
+import hashlib
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import GSM8K
+
+from vse.paths import SHIPPED_GSM8K
 
 from vse.checks import accuracy
 from vse.scenario import AccuracySpec
@@ -33,13 +36,41 @@ def test_parse_results_and_lm_evals_own_table():
     assert "0.944" in r.table and "0.886" in r.table
 
 
-@pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason="shared gsm8k copy missing")
-def test_offline_task_yaml_includes_lm_evals_gsm8k(tmp_path):
-    d = accuracy.offline_task_dir(AccuracySpec(data_dir=str(GSM8K)), tmp_path)
+# sha256 of the shipped splits, uncompressed (vse/data/gsm8k/README.md)
+GSM8K_SHA256 = {
+    "train": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
+    "test": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+}
+
+
+def test_the_package_ships_gsm8k_whole():
+    for split, sha in GSM8K_SHA256.items():
+        data = gzip.decompress((SHIPPED_GSM8K / f"{split}.jsonl.gz").read_bytes())
+        assert hashlib.sha256(data).hexdigest() == sha, split
+    assert "MIT License" in (SHIPPED_GSM8K / "LICENSE").read_text()
+    assert accuracy.question_count(AccuracySpec(), "gsm8k") == 1319
+
+
+def test_default_gsm8k_reads_the_shipped_copy_and_never_the_hub(tmp_path):
+    spec = AccuracySpec(data_dir=None)
+    d = accuracy.offline_task_dir(spec, tmp_path)
     cfg = yaml.safe_load((d / "gsm8k_offline.yaml").read_text())
     assert cfg["task"] == "gsm8k" and cfg["dataset_path"] == "json"
     assert Path(cfg["include"]).name == "gsm8k.yaml" and Path(cfg["include"]).is_file()
-    assert cfg["dataset_kwargs"]["data_files"]["test"].endswith("test.jsonl")
+    assert cfg["dataset_kwargs"]["data_files"]["test"] == str(SHIPPED_GSM8K / "test.jsonl.gz")
+    assert accuracy.hub_tasks(spec) == []
+    accuracy.check_inputs(spec)  # the preflight's check passes on the shipped copy
+
+
+def test_a_data_dir_of_plain_jsonl_is_read_instead(tmp_path):
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n' * 3)
+    spec = AccuracySpec(data_dir=str(tmp_path))
+    d = accuracy.offline_task_dir(spec, tmp_path / "t")
+    assert yaml.safe_load((d / "gsm8k_offline.yaml").read_text())["dataset_kwargs"]["data_files"]["test"] == str(
+        tmp_path / "test.jsonl"
+    )
+    assert accuracy.question_count(spec, "gsm8k") == 3
 
 
 def test_offline_dir_without_files_is_named(tmp_path):
@@ -47,8 +78,19 @@ def test_offline_dir_without_files_is_named(tmp_path):
         accuracy.offline_task_dir(AccuracySpec(data_dir=str(tmp_path)), tmp_path / "t")
 
 
-def test_hub_mode_writes_no_task_yaml(tmp_path):
-    assert accuracy.offline_task_dir(AccuracySpec(data_dir=None), tmp_path) is None
-    argv = accuracy.lm_eval_argv(AccuracySpec(limit=5), "http://127.0.0.1:8000", "m", tmp_path, None)
-    assert "--include_path" not in argv and argv[argv.index("--limit") + 1] == "5"
+@pytest.mark.parametrize(
+    "content, match",
+    [(b"\x00\x01binary", "not GSM8K's train split as JSON lines"), (b'{"q": 1}\n', "no question and answer")],
+)
+def test_the_preflight_check_names_a_damaged_data_file(tmp_path, content, match):
+    (tmp_path / "train.jsonl").write_bytes(content)
+    (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    with pytest.raises(accuracy.AccuracyError, match=match):
+        accuracy.check_inputs(AccuracySpec(data_dir=str(tmp_path)))
+
+
+def test_a_task_only_the_hub_has_is_listed_as_such(tmp_path):
+    spec = AccuracySpec(tasks=["gsm8k", "vse_count", "mmlu"], limit=5)
+    assert accuracy.hub_tasks(spec) == ["mmlu"]
+    argv = accuracy.lm_eval_argv(spec, "http://127.0.0.1:8000", "m", tmp_path, None)
     assert "base_url=http://127.0.0.1:8000/v1/completions" in argv[argv.index("--model_args") + 1]

@@ -27,8 +27,7 @@ arms:
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
-def test_shipped_scenarios_validate(path, monkeypatch):
-    monkeypatch.setenv("GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
+def test_shipped_scenarios_validate(path):
     s = load_scenario(path)
     assert s.arms.baseline.label and s.arms.candidate.label
 

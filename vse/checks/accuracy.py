@@ -3,12 +3,14 @@
 The only module that knows lm-eval. It runs lm-eval's CLI in a subprocess (a crash or hang
 there cannot take the run down, and a timeout or Ctrl-C stops it), with model type
 `local-completions`, and keeps lm-eval's own results JSON, per-sample outputs and table.
-Offline, gsm8k reads a local folder through a generated task YAML that includes lm-eval's
-own gsm8k task and only swaps the data source.
+gsm8k never reads the hub: a generated task YAML includes lm-eval's own gsm8k task and only swaps
+its data source for GSM8K's files shipped in the package (vse/data/gsm8k, MIT) or the folder
+accuracy.data_dir names. Other lm-eval tasks read the hub as lm-eval does.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -21,6 +23,7 @@ from typing import Any
 
 from vse.checks import small_tasks
 from vse.errors import SuiteError
+from vse.paths import SHIPPED_GSM8K
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import ACCURACY_RESULT, ArmDir
 from vse.scenario import AccuracySpec
@@ -53,26 +56,72 @@ def _lm_eval_task_yaml(task: str) -> Path:
     return Path(lm_eval.__file__).parent / "tasks" / task / f"{task}.yaml"
 
 
+def reads_gsm8k(task: str) -> bool:
+    """lm-eval's gsm8k family (gsm8k, gsm8k_cot, ...): the tasks whose data the suite provides."""
+    return task == "gsm8k" or task.startswith("gsm8k_")
+
+
+def hub_tasks(spec: AccuracySpec) -> list[str]:
+    """Tasks whose data only the hub has (neither the suite's own nor gsm8k)."""
+    return [t for t in spec.tasks if t not in small_tasks.TASKS and not reads_gsm8k(t)]
+
+
+def gsm8k_files(spec: AccuracySpec) -> dict[str, Path]:
+    """GSM8K's train and test files: accuracy.data_dir's ({split}.jsonl or .jsonl.gz), else the
+    package's own copy. Raises naming the folder and the missing split."""
+    data = Path(spec.data_dir).resolve() if spec.data_dir else SHIPPED_GSM8K
+    where = f"accuracy.data_dir: {data}" if spec.data_dir else f"the package's GSM8K copy ({data}): reinstall the suite"
+    files = {}
+    for split in ("train", "test"):
+        found = [p for p in (data / f"{split}.jsonl", data / f"{split}.jsonl.gz") if p.is_file()]
+        if not found:
+            raise AccuracyError(f"{where} has no {split}.jsonl (nor {split}.jsonl.gz)")
+        if not os.access(found[0], os.R_OK):
+            raise AccuracyError(f"{where}: {found[0]} is not readable")
+        files[split] = found[0]
+    return files
+
+
+def check_inputs(spec: AccuracySpec) -> None:
+    """What lm-eval will read, checked in milliseconds before any server starts: the gsm8k files
+    (opened and their first record parsed), lm-eval's own task YAMLs. Raises AccuracyError."""
+    if not spec.enabled:
+        return
+    for task in [t for t in spec.tasks if reads_gsm8k(t)]:
+        if not _lm_eval_task_yaml(task).is_file():
+            raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task}")
+        for split, path in gsm8k_files(spec).items():
+            try:
+                with _open(path) as f:
+                    first = json.loads(f.readline())
+            except (OSError, ValueError, EOFError) as e:
+                raise AccuracyError(f"{path}: not GSM8K's {split} split as JSON lines ({type(e).__name__}: {e})") from None
+            if not isinstance(first, dict) or not {"question", "answer"} <= first.keys():
+                raise AccuracyError(f"{path}: not GSM8K's {split} split (no question and answer in its first record)")
+
+
+def _open(path: Path):
+    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+
+
 def offline_task_dir(spec: AccuracySpec, dest: Path) -> Path | None:
-    """Task YAMLs that read gsm8k from spec.data_dir (train.jsonl, test.jsonl) instead of the hub,
-    and the suite's own small tasks (vse/checks/small_tasks.py), which need no download."""
+    """Task YAMLs for what needs no download: gsm8k from its local files (gsm8k_files) and the
+    suite's own small tasks (vse/checks/small_tasks.py)."""
     own = [t for t in spec.tasks if t in small_tasks.TASKS]
     for task in own:
         small_tasks.write_task(task, dest)
-    if not spec.data_dir:
+    gsm = [t for t in spec.tasks if reads_gsm8k(t)]
+    if not gsm:
         return dest if own else None
-    data = Path(spec.data_dir).resolve()
-    for split in ("train", "test"):
-        if not (data / f"{split}.jsonl").is_file():
-            raise AccuracyError(f"accuracy.data_dir: {data} has no {split}.jsonl")
+    files = gsm8k_files(spec)
     dest.mkdir(parents=True, exist_ok=True)
-    for task in [t for t in spec.tasks if t not in small_tasks.TASKS]:
+    for task in gsm:
         base = _lm_eval_task_yaml(task)
         if not base.is_file():
-            raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task} to read from {data}")
+            raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task}")
         (dest / f"{task}_offline.yaml").write_text(
             f"include: {base}\ntask: {task}\ndataset_path: json\ndataset_name: null\n"
-            f"dataset_kwargs:\n  data_files:\n    train: {data / 'train.jsonl'}\n    test: {data / 'test.jsonl'}\n"
+            f"dataset_kwargs:\n  data_files:\n    train: {files['train']}\n    test: {files['test']}\n"
         )
     return dest
 
@@ -81,8 +130,8 @@ def question_count(spec: AccuracySpec, task: str) -> int | None:
     """How many test questions a task has, where that is known without loading it."""
     if task in small_tasks.TASKS:
         return small_tasks.TASKS[task].n_test
-    if spec.data_dir and (Path(spec.data_dir) / "test.jsonl").is_file():
-        with open(Path(spec.data_dir) / "test.jsonl") as f:
+    if reads_gsm8k(task):
+        with _open(gsm8k_files(spec)["test"]) as f:
             return sum(1 for line in f if line.strip())
     return None
 
@@ -169,7 +218,7 @@ def run(
     env = dict(os.environ)
     if api_key:
         env["OPENAI_API_KEY"] = api_key  # local-completions sends it as a bearer token
-    if spec.data_dir or all(t in small_tasks.TASKS for t in spec.tasks):  # nothing to fetch from the hub
+    if not hub_tasks(spec):  # nothing to fetch from the hub
         env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     log_path = out / "lm_eval.log"
     with open(log_path, "w") as log:

@@ -120,6 +120,16 @@ def check_port(scenario: Scenario) -> None:
         raise PreflightError(f"server.port: {p} on {scenario.server.host} is in use")
 
 
+def check_pythons(pythons: dict[str, str | None]) -> None:
+    """Each arm's vLLM interpreter exists and runs: a missing one would otherwise surface as a
+    server that never became healthy."""
+    for arm, py in pythons.items():
+        if py and os.sep in py and not os.access(py, os.X_OK):
+            raise PreflightError(f"{arm}: the vLLM Python {py} does not exist or is not executable (vllm.python)")
+        if py and os.sep not in py and not shutil.which(py):
+            raise PreflightError(f"{arm}: the vLLM Python {py} is not on PATH (vllm.python)")
+
+
 def run(scenario: Scenario) -> list[Gpu]:
     """All preflight checks; returns the GPUs seen (recorded in the run's environment)."""
     gpus = query_gpus() if scenario.server.device == Device.CUDA else []

@@ -12,7 +12,7 @@ else
 SUITE_ENV :=
 endif
 VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
-# gsm8k for lm-eval: the package's own copy (vse/data/gsm8k) unless GSM8K_DIR names another folder.
+# gsm8k for lm-eval: the package's own copy (eval/vse/data/gsm8k) unless GSM8K_DIR names another folder.
 GSM8K_DIR ?=
 export VSE_CACHE GSM8K_DIR
 SCENARIO ?= scenarios/cpu-smoke.yaml
@@ -82,7 +82,7 @@ trend: $(SUITE_ENV)
 	$(PY) -m vse.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
 # Does each gate see a regression of known size? A/B against planted slowdowns (ms per engine step)
-# and, with AA=1, the A/A; one calibration report (vse/calibrate.py).
+# and, with AA=1, the A/A; one calibration report (eval/vse/calibrate.py).
 PLANT_MS ?= 0.2,0.8
 SHARE_BASELINE ?=
 calibrate: $(SUITE_ENV)
@@ -116,8 +116,8 @@ test-integration: $(SUITE_ENV) setup
 	$(PY) -m pytest -q -rs --durations=25 tests/integration
 
 lint: $(SUITE_ENV)
-	$(PY) -m ruff check vse tests benchmarks
-	$(PY) -m ruff format --check vse tests benchmarks
+	$(PY) -m ruff check eval tests benchmarks
+	$(PY) -m ruff format --check eval tests benchmarks
 	$(PY) -m mypy
 
 clean-venv:

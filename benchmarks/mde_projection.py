@@ -3,8 +3,8 @@ and what other numbers of runs per server start would do instead.
 
 From the runs' raw data: each gated metric's start-to-start variance (each arm once, pooled
 weighted by degrees of freedom), split into a between-start and a run-to-run component. Then:
-the minimum detectable effect at 80% power at each look's spent alpha (vse/stats/calibration.py
-mde: Welch's test as the gates run it); the design's operating characteristics (vse/stats/
+the minimum detectable effect at 80% power at each look's spent alpha (eval/vse/stats/calibration.py
+mde: Welch's test as the gates run it); the design's operating characteristics (eval/vse/stats/
 operating.py: how often it PASSes, FAILs, flags a change "worse", after how many starts) for an
 A/A, a 1% change in each gate alone and each planted slowdown of a calibration (its truths); and
 the same for 1-4 runs per start, with the device time each would take at the measured costs of a
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from scipy.stats import chi2
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 from vse.analysis import analyze  # noqa: E402
 from vse.rundir import packed  # noqa: E402
 from vse.rundir.files import read_json  # noqa: E402
@@ -202,7 +202,7 @@ def main() -> int:
     print(f"\n## Operating characteristics ({SIMULATIONS} simulated comparisons each, seed 0)\n")
     print(
         "Every gate of the scenario at once, Holm across them at each look, stopping once every gate is "
-        "decided (vse/stats/operating.py). 'N 1% worse': that gate alone changed (only its row shown); a calibration "
+        "decided (eval/vse/stats/operating.py). 'N 1% worse': that gate alone changed (only its row shown); a calibration "
         "comparison: each gate at its planted truth. 'worse': the final interval lies beyond no change.\n"
     )
     print("| comparison | gate | truth | P(PASS) | P(worse) | P(PASS, worse) | P(FAIL) | P(INCONCLUSIVE) |")

@@ -11,7 +11,7 @@ servers' kernels, the agreement outputs, lm-eval's parsed results).
 Archives over 500 KB do not stay in the working tree (reports/examples/ stays under 10 MB, and a
 GPU call carries the tree): commit the example once, then --to-history writes raw.json (sha256,
 size, git blob and commit), untracks raw.tar.xz and git-ignores it; commit that. Readers restore
-it from git history or from $VSE_EXAMPLES_RAW (vse/rundir/packed.py).
+it from git history or from $VSE_EXAMPLES_RAW (eval/vse/rundir/packed.py).
 
 --baseline-from: the run reused (BASE_RUN) that example's baseline arm unchanged; the raw data
 then holds only the candidate arm, and tests/test_examples.py takes the baseline from OTHER."""
@@ -29,7 +29,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 from vse.rundir.files import file_sha256  # noqa: E402
 from vse.rundir.packed import ARCHIVE, POINTER, raw_archive, unpack  # noqa: E402,F401 (unpack: the tests' import place)
 

@@ -14,7 +14,7 @@
 # RUN=reports/<run> ... more (the report names the machine of every start; reports/examples/
 # h200-cutlass-vs-flashinfer-whatif/console.log did this).
 set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD/eval PYTHONUNBUFFERED=1
 export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -99,7 +99,7 @@ case ${1:-} in
     { time timeout -s TERM $LIMIT python3 -m vse.cli gemm-bench --scenario $SC --out reports/gemm $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gemm.log"
     tar cJf "$OUT/gemm.tar.xz" -C reports gemm ;;
   calib)  # make calibrate, split over device calls: CUTLASS against CUTLASS plus PLANT ms of GPU work per
-    # engine step (vse/server/planted.py). BASE_RUN=<the first calibration run> reuses its baseline;
+    # engine step (eval/vse/server/planted.py). BASE_RUN=<the first calibration run> reuses its baseline;
     # `more` finishes a run the budget cut; `calib-report RUNS="..."` builds the calibration report.
     # CALIB: the design (2 + 2 starts, one run each, fixed: 4 starts and their runs fit ~10 minutes).
     CALIB="--set run.server_starts=2 --set run.max_server_starts=null --set workload.repeats=1 --set run.gemm_bench=false

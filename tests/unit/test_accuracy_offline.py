@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vse.paths import SHIPPED_GSM8K
-
 from vse.checks import accuracy
+from vse.paths import SHIPPED_GSM8K
 from vse.scenario import AccuracySpec
 
 RAW = {
@@ -36,7 +35,7 @@ def test_parse_results_and_lm_evals_own_table():
     assert "0.944" in r.table and "0.886" in r.table
 
 
-# sha256 of the shipped splits, uncompressed (vse/data/gsm8k/README.md)
+# sha256 of the shipped splits, uncompressed (eval/vse/data/gsm8k/README.md)
 GSM8K_SHA256 = {
     "train": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
     "test": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from conftest import ROOT
 
-PKG = ROOT / "vse"
+SRC = ROOT / "eval"  # the source root: module names are paths below it
+PKG = SRC / "vse"
 # Layers that must build from raw records alone, and what they may never import.
 PURE = (
     "vse.stats",
@@ -23,7 +24,7 @@ FORBIDDEN = ("vse.loadgen", "vse.server.process", "vse.compare", "vse.cli", "vse
 
 
 def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+    rel = path.relative_to(SRC).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
     return ".".join(parts)
 

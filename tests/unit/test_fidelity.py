@@ -1,5 +1,5 @@
 """The fidelity gate's interval keeps its coverage when texts differ widely in how far any kernel
-lands from the reference (vse/checks/fidelity.py): simulated per-text distances with a shared
+lands from the reference (eval/vse/checks/fidelity.py): simulated per-text distances with a shared
 text difficulty (log sd 0 to 1.5) and the candidate exactly at the margin."""
 
 import math

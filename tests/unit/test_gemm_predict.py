@@ -1,4 +1,4 @@
-"""The kernels-only prediction (vse/gemm/predict.py): engine steps rebuilt from token streams,
+"""The kernels-only prediction (eval/vse/gemm/predict.py): engine steps rebuilt from token streams,
 GEMM time interpolated from gemm.json, and the predicted end-to-end change."""
 
 import sys

@@ -1,4 +1,4 @@
-"""The design's operating characteristics (vse/stats/operating.py), checked against what the
+"""The design's operating characteristics (eval/vse/stats/operating.py), checked against what the
 decision rule guarantees: the MDE's power, alpha spending at the margin, and an A/A that stops
 at the first look when the noise is small."""
 

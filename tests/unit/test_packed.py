@@ -1,6 +1,6 @@
 """A committed example whose raw archive left the working tree (raw.json) is restored from git
 history or from $VSE_EXAMPLES_RAW, checked against its sha256; a checkout without it says where
-the data lives in one line (vse/rundir/packed.py)."""
+the data lives in one line (eval/vse/rundir/packed.py)."""
 
 import hashlib
 import io

@@ -1,5 +1,5 @@
 """A load sweep's exit code is its worst point's, so its FAIL tests are Holm-corrected across every
-point and gated metric (vse/stats/gates.py across_points), not at full alpha per point."""
+point and gated metric (eval/vse/stats/gates.py across_points), not at full alpha per point."""
 
 import math
 

@@ -1,0 +1,248 @@
+"""From a run directory to conclusions: per-arm metrics per repeat, the comparison with
+intervals and verdicts, accuracy and agreement, gates and the exit code. Reads raw data
+only, so `make report` can rebuild everything without a server."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vse import sweep
+from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
+from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
+from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed, look_of, required, unplanned_look
+from vse.checks import agreement, fidelity
+from vse.gemm import predict as gemm_predict
+from vse.models import sources as models
+from vse.rundir.files import read_json
+from vse.rundir.layout import RunDir
+from vse.scenario import Scenario
+from vse.server import planted, whatif
+from vse.stats import decide, gates, metrics
+from vse.stats import estimate as stats
+from vse.stats.gates import GateResult
+
+
+@dataclass
+class Analysis:
+    run_dir: Path
+    run: dict[str, Any]
+    scenario: Scenario
+    environment: dict[str, Any]
+    arms: dict[str, ArmAnalysis]
+    comparison: list[stats.MetricComparison]
+    agreement: dict[str, Any] | None
+    gates: list[GateResult]
+    exit_code: int
+    notes: list[str]
+    noise_floor: list[stats.MetricComparison] | None = None
+    agreement_self: dict[str, Any] | None = None
+    fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/vse/checks/fidelity.py)
+    disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
+    look: int = 1
+    looks: int = 1
+    gate_alpha: float = 0.05
+    gemm: dict[str, Any] | None = None  # gemm/gemm.json: the GEMM benchmark made with this run (GPU)
+    gemm_source: str = "same run"  # or the gemm.json given to `make report GEMM=...`
+    gemm_prediction: gemm_predict.Prediction | None = None  # what those kernel timings alone predict
+    gemm_prediction_note: str = ""  # why there is no prediction
+    sweep: list[tuple[str, "Analysis"]] = field(default_factory=list)  # (point label, its analysis)
+
+    @property
+    def complete(self) -> bool:
+        return self.run.get("status") == "complete"
+
+
+def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None) -> Analysis:
+    run_dir = Path(run_dir)
+    s = load_scenario_from_run(run_dir)
+    layout = RunDir(run_dir)
+    run = read_json(layout.run_json)
+    env = read_json(layout.environment) if layout.environment.is_file() else {}
+    arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
+    notes: list[str] = []
+    g = s.gates
+    excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
+    look = look_of(s, arms)
+    gate_alpha = decide.spent_alpha(
+        g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
+    )
+    comparison: list[stats.MetricComparison] = []
+    if all(n in arms and arms[n].repeat_data for n in ARMS):
+        comparison = stats.compare_arms(
+            arms["baseline"].repeat_data,
+            arms["candidate"].repeat_data,
+            s.workload.percentiles,
+            goodput=s.workload.goodput is not None,
+            alpha=g.significance,
+            excluded=excluded,
+        )
+    else:
+        notes.append("the comparison needs benchmark data from both arms")
+    if comparison and comparison[0].design is stats.Design.QUICK_LOOK:
+        notes.append(
+            "one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
+            "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE)."
+        )
+    for n in ARMS:
+        if getattr(s.arms, n).whatif:  # first, in every report format
+            notes.insert(
+                0,
+                f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
+                f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
+                + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [], getattr(s.arms, n))],
+            )
+        if getattr(s.arms, n).planted_slowdown is not None:  # never mistaken for a real candidate
+            notes.insert(
+                0,
+                f"{n} ({getattr(s.arms, n).label}) is a **{planted.LABEL}**: "
+                f"{planted.describe(getattr(s.arms, n))}, added by the suite's vLLM plugin.",
+            )
+    notes += _ttft_notes(arms) + _machine_notes(arms)
+    agree = self_agree = None
+    if all(n in arms and arms[n].agreement for n in ARMS):
+        agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
+    if "baseline" in arms and arms["baseline"].agreement and arms["baseline"].agreement_self:
+        self_agree = agreement.compare(arms["baseline"].agreement, arms["baseline"].agreement_self)
+    for a in arms.values():
+        cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
+        if cpt and min(cpt) < 0.9:
+            notes.append(
+                f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
+                "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
+                "a token that decodes to no new text, common with random weights, and merges a stream's "
+                "pending tokens into one chunk when its API server falls behind at high token rates.)"
+            )
+    results: list[GateResult] = []
+    for n, a in arms.items():
+        if a.repeat_data:
+            total = sum(d.n + d.failed for d in a.repeat_data)
+            errors = [
+                r.error
+                for rep in a.raw
+                for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
+                if not r.success
+            ]
+            results.append(
+                gates.failed_requests(
+                    n, sum(d.failed for d in a.repeat_data), total, g.max_failed_fraction, gates.error_kinds(errors)
+                )
+            )
+    results += _accuracy_gates(s, run, arms)
+    fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
+    if s.agreement.enabled:
+        results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
+        if s.agreement.reference:
+            results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
+    gate_rows = comparison
+    if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
+        gate_rows = stats.compare_arms(
+            arms["baseline"].repeat_data,
+            arms["candidate"].repeat_data,
+            s.workload.percentiles,
+            goodput=s.workload.goodput is not None,
+            alpha=g.significance,
+        )
+        notes.append(
+            "gated metrics are decided on every run, disturbed ones included; the exploratory table "
+            "leaves them out of their start's mean"
+        )
+    plan = (s.run.server_starts, s.run.max_server_starts)
+    results += gates.performance(
+        gate_rows,
+        g,
+        gate_alpha,
+        undecidable=unplanned_look(s, arms),
+        alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
+        max_starts=s.run.max_server_starts or s.run.server_starts,
+    )
+    results += required(s, results)
+    noise = None
+    if noise_run is not None:
+        na = analyze(noise_run)
+        noise = na.comparison
+        if differ := _workload_differences(s, na.scenario):
+            notes.append(
+                f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
+                "are not this run's noise floor, only an indication"
+            )
+    if stopped := run.get("stopped"):  # the time budget ended the call before the plan did (compare.py)
+        b, c = starts_made(arms)
+        notes.insert(
+            0,
+            f"stopped after {b} + {c} server starts, before the plan's end ({s.run.server_starts} to "
+            f"{s.run.max_server_starts or s.run.server_starts} per arm): {stopped} "
+            f"(`make compare RESUME={run_dir} BUDGET=<seconds>` goes on)",
+        )
+    status = run.get("status")
+    if status != "complete":
+        notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
+    # A load sweep's points are run directories of their own (eval/vse/sweep.py), each with its verdict,
+    # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
+    own = layout.gemm_result
+    gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
+    points = [
+        (label, analyze(d, gemm_file=gemm_path))
+        for label, d in sweep.point_dirs(run_dir, s)
+        if RunDir(d).run_json.is_file()
+    ]
+    if points:  # the sweep's verdict is its worst point: FAIL is Holm-corrected across all of them
+        family = gates.across_points([results] + [p.gates for _, p in points], gate_alpha)
+        results = family[0]
+        for (_, p), decided in zip(points, family[1:]):
+            p.gates, p.exit_code = decided, exit_code_for(p.run.get("status"), decided)
+    code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
+    out = Analysis(
+        run_dir,
+        run,
+        s,
+        env,
+        arms,
+        comparison,
+        agree,
+        results,
+        code,
+        notes,
+        noise,
+        agreement_self=self_agree,
+        fidelity=fid,
+        disturbed=disturbed,
+        look=look,
+        looks=s.run.looks,
+        gate_alpha=gate_alpha,
+        sweep=points,
+    )
+    if gemm_path is not None:
+        out.gemm = read_json(gemm_path)
+        out.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
+        _predict(out, gemm_file)
+    return out
+
+
+def _predict(a: Analysis, gemm_file: Path | None) -> None:
+    """The kernels-only prediction beside the measured change (eval/vse/gemm/predict.py)."""
+    s, base = a.scenario, a.arms.get("baseline")
+    gpu_run = ", ".join(g.get("name", "") for g in a.environment.get("gpus", []))
+    if gemm_file is not None and a.gemm.get("gpu") and a.gemm["gpu"] not in gpu_run:
+        a.gemm_prediction_note = f"the GEMM timings were made on {a.gemm['gpu']}, this run on {gpu_run or 'no GPU'}"
+        return
+    if base is None or "candidate" not in a.arms:
+        a.gemm_prediction_note = "the prediction needs both arms' benchmark data"
+        return
+    wave = first_wave(s)
+    a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
+        models.model_config(s.model),
+        s.server.tensor_parallel_size,
+        a.gemm,
+        [r.records for r in base.raw],
+        base.backend,
+        a.arms["candidate"].backend,
+        wave,
+        gemm_predict.server_steps(base.server_deltas),
+    )
+
+
+def fmt_pct(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.2f}%"

@@ -1,0 +1,76 @@
+"""make gemm-bench: the model's FP8 GEMM shapes (from its config.json), timed on this machine's
+GPU in the vLLM environment (eval/vse/gemm/timing.py), written as gemm.json plus gemm.md and
+gemm.html. Refuses in one line where there is no NVIDIA GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from vse.errors import SuiteError, UnsupportedError
+from vse.gemm import shapes as gemm_shapes
+from vse.models import sources as models
+from vse.report import gemm as gemm_report
+from vse.rundir.files import write_json
+from vse.scenario import Scenario
+from vse.server import preflight
+
+BACKENDS = ("cutlass", "torch", "flashinfer")
+
+
+def model_config(s: Scenario) -> dict:
+    cfg = models.model_config(s.model)
+    if cfg is None:
+        raise SuiteError(
+            f"gemm-bench: {s.model.id}: no config.json (a hub id is not downloaded; give a local directory)"
+        )
+    return cfg
+
+
+def plan(s: Scenario, backends: tuple[str, ...] = BACKENDS) -> dict:
+    shapes = gemm_shapes.llama_shapes(model_config(s), s.server.tensor_parallel_size)
+    return {
+        "shapes": [x.to_json() for x in shapes],
+        "ms": gemm_shapes.token_counts(s.server.max_num_seqs, s.server.max_num_batched_tokens),
+        "backends": list(backends),
+        "ceiling_sizes": [8192, 16384],
+        "calls": 10,
+        "replays": 100,
+    }
+
+
+def write_reports(res: dict, out: Path, s: Scenario) -> None:
+    title = f"{s.name} (TP{s.server.tensor_parallel_size})"
+    (out / "gemm.md").write_text(gemm_report.markdown(res, s.server.max_num_seqs, title))
+    (out / "gemm.html").write_text(gemm_report.html(res, s.server.max_num_seqs, title))
+
+
+def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s: float = 900) -> dict:
+    gpus = preflight.query_gpus()
+    if not gpus:
+        raise UnsupportedError("gemm-bench needs an NVIDIA GPU: nvidia-smi finds none on this machine")
+    out.mkdir(parents=True, exist_ok=True)
+    p = plan(s, backends)
+    write_json(out / "plan.json", p)
+    python = (s.arms.baseline.vllm or s.server.vllm).python or sys.executable
+    script = Path(__file__).with_name("gemm_timing.py")
+    try:
+        proc = subprocess.run(
+            [python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise SuiteError(f"gemm-bench: the timing script ran over {timeout_s:.0f} s and was stopped") from None
+    (out / "gemm.log").write_text(proc.stderr)
+    if proc.returncode == 4:
+        raise UnsupportedError(proc.stderr.strip().splitlines()[-1])
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SuiteError(f"gemm-bench: the timing script failed (exit {proc.returncode}): {last} (log: {out}/gemm.log)")
+    res = json.loads((out / "gemm.json").read_text())
+    write_reports(res, out, s)
+    return res

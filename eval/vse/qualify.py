@@ -1,0 +1,255 @@
+"""make qualify SUITE=...: a named list of comparisons (scenarios/suites/<name>.yaml), each run as
+`make compare` runs it (a process of its own, so one crash cannot take the others with it), then
+one index report linking every run with its verdicts. Exit code: the worst outcome, a crashed run
+(2) over FAIL (1) over INCONCLUSIVE (3) over PASS (0). An entry that was refused here (4), skipped
+(its step's condition, e.g. no Blackwell queue) or lost (no result) qualified nothing: it makes the
+suite INCONCLUSIVE unless the suite marks it `optional`, and the index lists it either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from vse import exitcodes
+from vse.errors import SuiteError
+from vse.exitcodes import ExitCode
+from vse.paths import suites_dir
+from vse.rundir.layout import RunDir
+
+OUTCOME: dict[int, str] = {
+    ExitCode.OK: "PASS",
+    ExitCode.GATE_FAILED: "FAIL",
+    ExitCode.RUN_FAILED: "RUN FAILED",
+    ExitCode.INCONCLUSIVE: "INCONCLUSIVE",
+    ExitCode.UNSUPPORTED: "UNSUPPORTED (refused here: not qualified)",
+}
+NOT_RUN = "NOT RUN (no result: not qualified)"
+OPTIONAL = " (optional: listed, not counted)"
+
+
+class Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: str
+    backend: str | None = None
+    set: list[str] = []
+    # True: a refusal, a skip or a lost step of this entry leaves the suite's outcome alone
+    # (its index still lists it); a FAIL or a crash counts whatever this says.
+    optional: bool = False
+
+
+class Suite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    set: list[str] = []  # applied to every run (e.g. the candidate vLLM's Python)
+    runs: list[Entry]
+
+
+def load_suite(name_or_path: str, root: Path | None = None) -> Suite:
+    root = root or suites_dir()
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = root / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in root.glob("*.yaml")))
+        raise SuiteError(f"SUITE={name_or_path}: no such suite (known: {known})")
+    try:
+        # ${VAR} stays as written: each run's scenario expands it and names a missing one.
+        return Suite.model_validate(yaml.safe_load(path.read_text()))
+    except (ValidationError, yaml.YAMLError, ValueError) as e:
+        raise SuiteError(f"{path}: {str(e).splitlines()[0]}") from None
+
+
+def counted(code: int | None, optional: bool) -> int:
+    """What one entry's outcome (None: it left no result) makes of the suite's: an entry that was
+    refused, skipped or lost qualified nothing, so a required one is INCONCLUSIVE and an optional
+    one does not count."""
+    if code is None or code == ExitCode.UNSUPPORTED:
+        return ExitCode.OK if optional else ExitCode.INCONCLUSIVE
+    return code
+
+
+def worst(results: list[tuple[int | None, bool]]) -> int:
+    """The suite's exit code from its entries' (exit code or None, optional)."""
+    return exitcodes.worst([counted(c, opt) for c, opt in results])
+
+
+# Console lines worth a line in a CI log while a comparison runs for hours: server starts, runs, stops.
+PROGRESS = ("healthy after", ": repeat ", "stopping:", "error:", "planted-slowdown: applied")
+
+
+def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
+    """One entry of the list as a `vse compare` of its own; its console goes to run-N.log, and a
+    line per server start and run to `log` (a Buildkite log is not silent for hours). The result
+    is kept as entry-N.json, which `aggregate` folds into the index."""
+    e = suite.runs[i]
+    runs_root = out / "runs"
+    runs_root.mkdir(parents=True, exist_ok=True)
+    before = set(runs_root.iterdir())
+    argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
+    argv += ["--backend", e.backend] if e.backend else []
+    for s in [*suite.set, *e.set]:
+        argv += ["--set", s]
+    log(
+        f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}"
+        + (f" BACKEND={e.backend}" if e.backend else "")
+        + f" (console: {out}/run-{i + 1}.log)"
+    )
+    log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
+    with (
+        open(log_path, "w") as f,
+        subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            if any(p in line for p in PROGRESS):
+                log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
+    new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+    lines = log_path.read_text().strip().splitlines()
+    last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+    r = _result(e, proc.returncode, new[-1] if new else None, last, out)
+    (out / f"entry-{i + 1}.json").write_text(json.dumps(r, indent=2) + "\n")
+    log(
+        f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}"
+        + (f" ({last})" if proc.returncode in (ExitCode.RUN_FAILED, ExitCode.UNSUPPORTED) else "")
+    )
+    return r
+
+
+def run_suite(suite: Suite, out: Path, log=print) -> int:
+    for i in range(len(suite.runs)):
+        run_entry(suite, i, out, log)
+    return aggregate(suite, out)
+
+
+def aggregate(suite: Suite, out: Path) -> int:
+    """index.json / index.md and the exit code from the entries' results (entry-N.json); an entry
+    with no result (its step was skipped, never ran or was lost) is listed as not run."""
+    results = []
+    for i, e in enumerate(suite.runs):
+        path = out / f"entry-{i + 1}.json"
+        r = _read_result(path) or _result(
+            e, None, None, f"entry {i + 1} left no result ({path.name}): skipped by its step's condition or lost", out
+        )
+        r["optional"] = e.optional
+        r["counted"] = counted(r["exit_code"], e.optional)
+        results.append(r)
+    code = worst([(r["exit_code"], e.optional) for r, e in zip(results, suite.runs)])
+    index = {
+        "suite": suite.name,
+        "description": suite.description,
+        "finished": datetime.now(timezone.utc).isoformat(),
+        "exit_code": code,
+        "outcome": OUTCOME[code],
+        "runs": results,
+    }
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (out / "index.md").write_text(markdown(index))
+    return code
+
+
+def _read_result(path: Path) -> dict | None:
+    """An entry's result file, or None where it is missing or unreadable (a step cut off mid-write)."""
+    try:
+        r = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return r if isinstance(r, dict) and "exit_code" in r else None
+
+
+def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, out: Path) -> dict:
+    r = {
+        "scenario": e.scenario,
+        "backend": e.backend,
+        "set": e.set,
+        "exit_code": code,
+        "outcome": NOT_RUN if code is None else OUTCOME.get(code, str(code)),
+        "run": str(run_dir.relative_to(out)) if run_dir else None,
+        "message": last_line if code in (None, ExitCode.RUN_FAILED, ExitCode.UNSUPPORTED) else "",
+        "headline": "",
+        "gates": [],
+    }
+    res = RunDir(run_dir).results if run_dir else None
+    if res and res.is_file():
+        data = json.loads(res.read_text())
+        r["gates"] = [{"name": g["name"], "outcome": g["outcome"]} for g in data.get("gates", [])]
+        summary = RunDir(run_dir).summary
+        if summary.is_file():
+            r["headline"] = summary.read_text().splitlines()[2]
+    return r
+
+
+def markdown(index: dict) -> str:
+    L = [
+        f"# Qualification: {index['suite']}",
+        "",
+        f"**{index['outcome']}** (exit {index['exit_code']}). {index['description']}",
+        "",
+        "| # | Scenario | Backend | Outcome | Run | Verdict |",
+        "|---:|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(index["runs"], 1):
+        link = f"[{Path(r['run']).name}]({r['run']}/summary.md)" if r["run"] else "none"
+        outcome = r["outcome"] + (
+            OPTIONAL if r.get("optional") and r.get("counted") == ExitCode.OK != r["exit_code"] else ""
+        )
+        L.append(
+            f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {outcome} | {link} | "
+            f"{r['headline'] or r['message']} |"
+        )
+    return "\n".join(L + [""])
+
+
+def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qualify") -> dict:
+    """A Buildkite dynamic pipeline (`bin/vse qualify --suite S --emit-pipeline | buildkite-agent
+    pipeline upload`): one step per entry, in parallel on the GPU queue, each keeping its run
+    directory and result as artifacts; then one step that aggregates them into the index and the
+    suite's exit code (INCONCLUSIVE soft, as in the serial run)."""
+    steps: list[dict] = [
+        {
+            "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
+            + (f" ({e.backend})" if e.backend else ""),
+            "key": f"qualify-{i + 1}",
+            # the candidate from a wheel the build names, in an environment of its own on this agent
+            "command": (
+                'if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then python3 -m venv /tmp/vllm-candidate && '
+                '/tmp/vllm-candidate/bin/pip install -q "$$CANDIDATE_VLLM_WHEEL"; fi\n'
+                f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"
+            ),
+            "artifact_paths": [f"{reports}/**/*"],
+            # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
+            # skipped (not failed) where the organisation has none.
+            "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == "flashinfer" else queue},
+            **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == "flashinfer" else {}),
+            "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
+            "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
+            "timeout_in_minutes": 180,
+        }
+        for i, e in enumerate(suite.runs)
+    ]
+    steps.append({"wait": None, "continue_on_failure": True})
+    steps.append(
+        {
+            "label": f":clipboard: {suite.name}: index and verdict",
+            "key": "qualify-index",
+            "command": (
+                f'buildkite-agent artifact download "{reports}/**/*" . || true\n'
+                f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}; code=$$?\n"
+                f"buildkite-agent annotate --context qualify < {reports}/index.md || true\nexit $$code"
+            ),
+            "artifact_paths": [f"{reports}/index.*"],
+            "agents": {"queue": "cpu"},
+            "soft_fail": [{"exit_status": 3}],
+        }
+    )
+    return {"steps": steps}

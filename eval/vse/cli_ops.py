@@ -3,6 +3,7 @@ release's; eval/vse/cli.py holds the parser and the run commands."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -20,69 +21,117 @@ def cmd_history(args) -> int:
     """Ingest finished run directories into the history (SQLite path or postgresql:// URL); the same
     run twice changes nothing. A folder of runs (reports/) is walked; unfinished runs and folders
     that hold none are listed as skipped, not failed (the nightly's matrix leaves both); committed
-    examples ingest from their packed raw data. Exit 2 only for a damaged run or a database error."""
+    examples are left out of a walk unless --examples asks for them. Exit 2 for a damaged run (the
+    walk goes on past it) or a database error."""
+    from vse.history import schema
+
+    _lines, refused = ingest_walk(schema.connect(args.db), [Path(r) for r in args.runs], args.examples)
+    return ExitCode.RUN_FAILED if refused else ExitCode.OK
+
+
+def ingest_walk(db, paths: list[Path], examples: bool) -> tuple[list[str], int]:
+    """Every run under paths into the history, each said in a line (printed and returned); a run
+    that cannot be read is refused with its cause and the walk goes on. Returns (lines, refused)."""
     import tempfile
 
     from vse.history import store as history
     from vse.rundir import packed
 
-    db, refused = history.connect(args.db), 0
-    for run in _run_dirs([Path(r) for r in args.runs]):
+    lines, refused = [], 0
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True)
+        lines.append(line)
+
+    for run, name in _run_dirs(paths, examples, say):
         try:
             if packed.is_packed(run):  # a committed example: its raw data is packed
                 with tempfile.TemporaryDirectory() as tmp:
-                    r = history.ingest(db, packed.unpack(run, Path(tmp)), name=f"example:{run.name}")
+                    r = history.ingest(db, packed.unpack(run, Path(tmp)), name=name)
             else:
-                r = history.ingest(db, run)
+                r = history.ingest(db, run, name=name)
         except history.UnfinishedRun as e:  # the store's own rule, said as a skip: the nightly leaves such runs
-            console.print(f"skipped: {e}", highlight=False)
+            say(f"skipped: {e}")
             continue
         except SuiteError as e:
-            console.print(f"[bold red]refused:[/] {e}", highlight=False)
+            say(f"refused: {e}")
             refused += 1
             continue
-        console.print(
-            f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history",
-            highlight=False,
-        )
-    return ExitCode.RUN_FAILED if refused else ExitCode.OK
+        except (OSError, ValueError, KeyError, TypeError) as e:  # a damaged file read as data: named, walk goes on
+            say(f"refused: {run}: damaged ({type(e).__name__}: {e})")
+            refused += 1
+            continue
+        say(f"{r.run}: {r.added} run-level rows added" if r.added else f"{r.run}: already in the history")
+    return lines, refused
 
 
-def _run_dirs(paths: list[Path]) -> list[Path]:
-    """Run directories among paths: a run itself, or a folder walked (two levels) for runs."""
+EXAMPLES = "examples"  # reports/examples: the committed runs, never a night of a series unless asked
+
+
+def _run_dirs(paths: list[Path], examples: bool, say) -> list[tuple[Path, str]]:
+    """(run directory, name to show) among paths: a run itself, or a folder walked (three levels)
+    for runs; a committed example is named example:<its path under examples/>."""
     out = []
     for p in paths:
         if RunDir(p).run_json.is_file():
-            out.append(p)
+            out.append((p, _name(p)))
             continue
         found = sorted(
             {
                 q.parent
-                for pat in ("*/run.json", "*/*/run.json")
+                for pat in ("*/run.json", "*/*/run.json", "*/*/*/run.json")
                 for q in p.glob(pat)
                 if SWEEP not in q.parts[len(p.parts) :]
             }
         )
+        inside = [f for f in found if EXAMPLES not in f.parts[len(p.parts) : -1]]
+        if len(inside) < len(found) and not examples:
+            say(f"skipped: {len(found) - len(inside)} committed examples under {p} (--examples ingests them)")
+            found = inside
         if not found:
-            console.print(f"skipped: {p}: not a run directory and holds none", highlight=False)
-        out += found
+            say(f"skipped: {p}: not a run directory and holds none")
+        out += [(f, _name(f)) for f in found]
     return out
 
 
+def _name(run: Path) -> str:
+    parts = run.resolve().parts
+    if EXAMPLES in parts[:-1]:
+        return "example:" + "/".join(parts[len(parts) - parts[::-1].index(EXAMPLES) :])
+    return run.name
+
+
 def cmd_trend(args) -> int:
-    """trend.md and trend.html from the history; exit 1 when a series' latest change is a regression."""
+    """trend.md and trend.html from the history. With --ingest, the night's run directories go in
+    first (a damaged one is listed and skipped). Exit: 2 when a run was refused, else 1 while a
+    series' latest change is a regression nobody accepted (--ack records who accepted which, and
+    why), else 0. Change points use Apache Otava when `make setup` built its environment, the
+    window-median detector otherwise (each series says which)."""
+    from datetime import datetime, timezone
+
+    from vse.history import schema
     from vse.history import store as history
     from vse.report import trend
 
-    python = provision.ensure_changepoint(args.cache, console)
-    series = trend.build(history.connect(args.db), str(python) if python else None)
+    db = schema.connect(args.db)
+    if args.ack:
+        if not args.metric:
+            raise SuiteError("--ack needs --metric: which series' change was accepted")
+        who = args.by or os.environ.get("BUILDKITE_BUILD_CREATOR") or os.environ.get("USER") or "unknown"
+        ack = history.accept(db, args.ack, args.metric, who, args.why, datetime.now(timezone.utc).isoformat())
+        console.print(f"accepted: {ack.metric} from run {ack.run}, by {ack.by}: {ack.why}", highlight=False)
+        return ExitCode.OK
+    walk, refused = ingest_walk(db, [Path(r) for r in args.ingest], args.examples) if args.ingest else ([], 0)
+    python = provision.changepoint_python(args.cache)
+    series = trend.build(db, str(python) if python else None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trend.md").write_text(trend.markdown(series))
-    (out / "trend.html").write_text(trend.html(series))
+    (out / "trend.md").write_text(trend.markdown(series, walk))
+    (out / "trend.html").write_text(trend.html(series, walk))
     print((out / "trend.md").read_text())
-    worse = [s for s in series if s.detection.changes and s.detection.changes[-1] in s.regressions()]
-    return 1 if worse else 0
+    if refused:
+        return ExitCode.RUN_FAILED
+    return ExitCode.GATE_FAILED if any(s.open_regression() for s in series) else ExitCode.OK
 
 
 def cmd_calibrate(args) -> int:

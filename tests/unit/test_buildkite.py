@@ -43,27 +43,36 @@ def test_every_make_command_in_a_pipeline_exists(path):
             assert suite in names
 
 
-def test_nightly_fans_out_in_the_suites_image_and_keeps_history():
+def test_nightly_fans_out_in_one_pushed_image_and_keeps_a_central_history():
     steps = {s.get("key"): s for s in yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"]}
     matrix = steps["nightly-matrix"]["matrix"]["setup"]
     for sc in matrix["scenario"]:
         assert (ROOT / "scenarios" / f"{sc}.yaml").is_file()
-    # GPU steps bring their environment: the suite's image for this commit, through the docker plugin
-    assert "docker build -f docker/Dockerfile" in steps["image"]["command"]
-    for k in ("nightly-matrix", "nightly-flashinfer"):
+    # one image per commit, built and pushed to a registry every agent can pull from
+    assert "docker/build-push.sh gpu" in steps["image"]["command"]
+    env = yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["env"]
+    assert env["VSE_IMAGE"].startswith("${VSE_REGISTRY")
+    for k in ("nightly-matrix", "nightly-flashinfer", "trend"):
         (plugin,) = steps[k]["plugins"]
-        assert plugin["docker#v5.12.0"]["image"] == "$VSE_IMAGE" and steps[k]["depends_on"] == "image"
-        assert steps[k]["artifact_paths"] == ["reports/2*/**/*"]  # run directories only, not the 52 MB examples
+        p = plugin["docker#v5.12.0"]
+        assert p["image"] == "$VSE_IMAGE" and p["always-pull"] and p["propagate-uid-gid"] and p["mount-buildkite-agent"]
+        assert "bin/ci-step" in steps[k]["command"]  # annotates on success and failure, keeps the exit code
+    for k in ("nightly-matrix", "nightly-flashinfer"):
+        assert steps[k]["depends_on"] == "image"
+        assert steps[k]["artifact_paths"] == ["reports/2*/**/*"]  # run directories only, not the examples
         assert steps[k]["soft_fail"] == [{"exit_status": 4}]
+        assert any(
+            v.endswith(":/var/cache/vllm-serving-eval") for v in steps[k]["plugins"][0]["docker#v5.12.0"]["volumes"]
+        )
     # FlashInfer per-tensor FP8 needs SM100: a Blackwell queue, skipped where there is none
     assert (
         "flashinfer" not in matrix["backend"]
-        and 'build.env("VSE_BLACKWELL_QUEUE")' in steps["nightly-flashinfer"]["if"]
+        and 'build.env("VSE_BLACKWELL_QUEUE") != null' in steps["nightly-flashinfer"]["if"]
     )
     assert steps["nightly-matrix"]["retry"]["automatic"][0]["exit_status"] == -1
     trend = steps["trend"]["command"]
-    assert "VSE_HISTORY_URL" in trend and "bin/vse history" in trend and "bin/vse trend" in trend
-    assert "reports/history.sqlite" in steps["trend"]["artifact_paths"]
+    assert '--db "$${VSE_HISTORY_URL:-}" --ingest reports' in trend  # no SQLite fallback that forgets
+    assert "VSE_HISTORY_URL" in steps["trend"]["plugins"][0]["docker#v5.12.0"]["environment"]
 
 
 def test_pipeline_is_valid_buildkite():

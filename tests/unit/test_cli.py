@@ -200,7 +200,7 @@ def test_an_unsupported_configuration_exits_4_before_any_server(tmp_path, capsys
         ]
     )
     err = capsys.readouterr().err
-    assert code == 4 and "flashinfer" in err and "no NVIDIA GPU is visible" in err, err
+    assert code == 4 and "no NVIDIA GPU is visible" in err, err
     # a refusal measured nothing: it leaves no run directory behind, and its line is the last
     assert list(tmp_path.iterdir()) == [] and "no run directory kept" in err.strip().splitlines()[-1]
 

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import ROOT
 
+from vse.history import schema
 from vse.history import store as history
 from vse.report import trend
 from vse.rundir.packed import unpack
@@ -31,7 +32,7 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     r = vse("history", "--db", db_path, run, run)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "8 run-level rows added" in r.stderr and "already in the history" in r.stderr
-    db = history.connect(db_path)
+    db = schema.connect(db_path)
     with db.connect() as c:
         assert c.execute(sa.text("SELECT COUNT(*) FROM runs")).scalar() == 8
         row = c.execute(
@@ -41,10 +42,10 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
             )
         ).first()
         keys = {k for (k,) in c.execute(sa.text("SELECT DISTINCT key FROM metrics"))}
-        gates = c.execute(sa.text("SELECT COUNT(*) FROM gates WHERE run = :r"), {"r": run.name}).scalar()
+        gates = c.execute(sa.text("SELECT COUNT(*) FROM gates WHERE name = :r"), {"r": run.name}).scalar()
         tp = c.execute(
             sa.text(
-                "SELECT rel_change, ci_low, ci_high, verdict FROM comparisons WHERE run = :r AND "
+                "SELECT rel_change, ci_low, ci_high, verdict FROM comparisons WHERE name = :r AND "
                 "metric = 'output_throughput'"
             ),
             {"r": run.name},
@@ -62,49 +63,46 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     assert r.returncode == 0 and "skipped:" in r.stderr and "status failed (not finished)" in r.stderr
 
 
-def test_the_nightly_history_step_on_a_reports_folder_with_examples_failed_and_finished_runs(tmp_path):
-    """`.buildkite/nightly.yml`'s exact history command on reports/ holding the committed examples, a
-    failed run (flashinfer on Hopper exits 4 every night) and two finished runs: it used to exit 2."""
+def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path):
+    """The same run copied under another name (an artifact downloaded again, an example unpacked
+    elsewhere) is one run; two different runs whose folders share a base name are two (the history
+    once kept 135 rows from 22 of 24 examples: h200-calibration/aa was 'already' there as 'aa')."""
+    reports = tmp_path / "reports"
+    one = unpack(EX / "cpu-smoke", reports / "a", "aa")
+    same = unpack(EX / "cpu-smoke", reports / "b", "copy-of-aa")
+    other = unpack(EX / "cpu-smoke-aa", reports / "c", "aa")
+    r = vse("history", "--db", tmp_path / "h.sqlite", one, same, other)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("8 run-level rows added") == 2 and "copy-of-aa: already in the history" in r.stderr
+    assert history.run_key(one) == history.run_key(same) != history.run_key(other)
+
+
+def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path):
     import shutil
 
-    import yaml
-
     reports = tmp_path / "reports"
-    shutil.copytree(EX / "cpu-smoke", reports / "examples" / "cpu-smoke")
-    shutil.copytree(EX / "cpu-smoke-aa", reports / "examples" / "cpu-smoke-aa")
-    a, b = (
-        unpack(EX / "cpu-smoke", reports, "20261201T020000Z-a"),
-        unpack(EX / "cpu-smoke-aa", reports, "20261201T030000Z-b"),
-    )
-    failed = unpack(EX / "cpu-smoke", reports, "20261201T040000Z-failed")
-    (failed / "run.json").write_text(json.dumps({**json.loads((failed / "run.json").read_text()), "status": "failed"}))
-    step = next(
-        s for s in yaml.safe_load((ROOT / ".buildkite" / "nightly.yml").read_text())["steps"] if s.get("key") == "trend"
-    )
-    line = next(ln for ln in step["command"].splitlines() if "vse history" in ln)
-    cmd = line.split(";")[0].replace("$$", "$").replace("bin/vse", f"{sys.executable} -m vse.cli")
-    r = subprocess.run(
-        ["bash", "-c", cmd],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"HISTORY": str(tmp_path / "h.sqlite"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert (
-        "example:cpu-smoke: 8 run-level rows added" in r.stderr and "20261201T040000Z-failed: status failed" in r.stderr
-    )
-    assert f"{a.name}: 8 run-level rows added" in r.stderr and f"{b.name}: 8 run-level rows added" in r.stderr
-    r = subprocess.run(
-        ["bash", "-c", cmd],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"HISTORY": str(tmp_path / "h.sqlite"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
-    assert r.returncode == 0 and r.stderr.count("already in the history") == 4
+    for ex in ("cpu-smoke", "cpu-calibration-flow/aa"):
+        shutil.copytree(EX / ex, reports / "examples" / ex)
+    unpack(EX / "cpu-smoke-aa", reports, "20261201T020000Z-night")
+    db = tmp_path / "h.sqlite"
+    r = vse("history", "--db", db, reports)
+    assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stderr, r.stderr[-2000:]
+    assert "20261201T020000Z-night: 8 run-level rows added" in r.stderr and "example:" not in r.stderr
+    r = vse("history", "--db", db, reports, "--examples")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "example:cpu-smoke: 8 run-level rows added" in r.stderr  # named by their path under examples/
+    assert "example:cpu-calibration-flow/aa:" in r.stderr
+
+
+def test_series_are_keyed_by_what_was_measured_not_by_the_machine():
+    from vse.scenario_load import load_scenario
+
+    base = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml")
+    elsewhere = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["server.vllm.python=/other/python"])
+    longer = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["workload.dataset.output_len=128"])
+    eager = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["server.extra_args=[]"])
+    assert history.settings_digest(base) == history.settings_digest(elsewhere)
+    assert len({history.settings_digest(x) for x in (base, longer, eager)}) == 3
 
 
 def night(c, run, started, value, **key):
@@ -124,12 +122,12 @@ def night(c, run, started, value, **key):
         )
         | key
     )
-    rid = c.execute(history.RUNS.insert().values(run=run, started=started, **row)).inserted_primary_key[0]
-    c.execute(history.METRICS.insert().values(run_id=rid, key="output_throughput", value=value))
+    rid = c.execute(schema.RUNS.insert().values(run=run, started=started, **row)).inserted_primary_key[0]
+    c.execute(schema.METRICS.insert().values(run_id=rid, key="output_throughput", value=value))
 
 
 def test_series_never_mix_workloads_or_calibration_arms_and_one_night_says_na(tmp_path):
-    db = history.connect(tmp_path / "h.sqlite")
+    db = schema.connect(tmp_path / "h.sqlite")
     with db.begin() as c:
         for i in range(3):
             night(c, f"n{i}", f"2026-11-0{i + 1}T02:00:00+00:00", 10_800.0)
@@ -148,7 +146,7 @@ def test_series_never_mix_workloads_or_calibration_arms_and_one_night_says_na(tm
 
 
 def test_trend_finds_a_regression_over_nights(tmp_path):
-    db = history.connect(tmp_path / "h.sqlite")
+    db = schema.connect(tmp_path / "h.sqlite")
     rng = np.random.default_rng(3)
     with db.begin() as c:
         for n in range(30):
@@ -169,11 +167,11 @@ def test_trend_finds_a_regression_over_nights(tmp_path):
 
 
 def test_when_a_gate_first_failed_is_one_query(tmp_path):
-    db = history.connect(tmp_path / "h.sqlite")
+    db = schema.connect(tmp_path / "h.sqlite")
     with db.begin() as c:
         for i, outcome in enumerate(("pass", "fail", "fail")):
             c.execute(
-                history.GATES.insert().values(
+                schema.GATES.insert().values(
                     run=f"r{i}",
                     gate="output_throughput not worse by > 5%",
                     outcome=outcome,
@@ -196,11 +194,48 @@ def test_an_older_sqlite_history_is_migrated(tmp_path):
     )
     old.commit()
     old.close()
-    db = history.connect(path)
+    db = schema.connect(path)
     cols = {c["name"] for c in sa.inspect(db).get_columns("runs")}
-    assert {"workload", "calibration", "gpu_count", "tp", "scenario_sha", "build_url"} <= cols
+    assert {"workload", "calibration", "gpu_count", "tp", "scenario_sha", "build_url", "name", "settings"} <= cols
+    assert {"metrics", "gates", "comparisons", "acks", "alembic_version"} <= set(sa.inspect(db).get_table_names())
     with db.connect() as c:
-        assert c.execute(sa.text("SELECT run FROM runs")).scalar() == "old"
+        assert c.execute(sa.text("SELECT run, name FROM runs")).first() == ("old", "old")  # its name, its identity
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+    schema.connect(path)  # opening it again changes nothing
+
+
+def test_an_accepted_regression_stops_failing_the_trend(tmp_path):
+    """A real change is seen, understood and accepted once: vse trend --ack records who and why, and
+    the nightly goes green; a later regression fails it again."""
+    db_path = tmp_path / "h.sqlite"
+    db = schema.connect(db_path)
+    with db.begin() as c:
+        for n in range(30):
+            level = 10_000 * (0.97 if n >= 20 else 1.0)
+            night(c, f"night-{n:02d}", f"2026-11-{n + 1:02d}T02:00:00+00:00", level * (1 + 0.001 * (n % 3)))
+    r = vse("trend", "--db", db_path, "--out", tmp_path / "t")
+    assert r.returncode == 1 and "**regression** -" in r.stdout and "--ack " in r.stdout, r.stdout[-2000:]
+    r = vse("trend", "--db", db_path, "--ack", "night-20", "--metric", "output_throughput")
+    assert r.returncode == 2 and "needs a reason" in r.stderr
+    r = vse("trend", "--db", db_path, "--ack", "night-2", "--metric", "output_throughput", "--why", "x")
+    assert r.returncode == 2 and "match" in r.stderr  # a prefix that names several runs is refused
+    r = vse(
+        "trend",
+        "--db",
+        db_path,
+        "--ack",
+        "night-20",
+        "--metric",
+        "output_throughput",
+        "--why",
+        "the new scheduler trades 3% throughput for TTFT",
+        "--by",
+        "release-eng",
+    )
+    assert r.returncode == 0 and "accepted: output_throughput from run night-20, by release-eng" in r.stderr
+    r = vse("trend", "--db", db_path, "--out", tmp_path / "t")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "regression, accepted by release-eng (the new scheduler trades 3% throughput for TTFT)" in r.stdout
 
 
 def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_again_when_not(tmp_path, monkeypatch):
@@ -216,7 +251,7 @@ def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_ag
     monkeypatch.setattr(history, "analyze", lambda *_a, **_k: pytest.fail("analysed again"))
     res = history.results(run)
     assert res["exit_code"] == expected["exit_code"] and len(res["arms"]["baseline"]["runs"]) == 4
-    db = history.connect(tmp_path / "h.sqlite")
+    db = schema.connect(tmp_path / "h.sqlite")
     assert history.ingest(db, run).added == 8
     monkeypatch.undo()
     rec = run / "candidate" / "bench-1.jsonl"

@@ -5,10 +5,14 @@ history every CI agent writes to (postgresql://...), through SQLAlchemy Core; th
 and migrates the schema. Ingesting is idempotent; only finished runs go in. Reads the run's
 results.json when it was computed from exactly the raw files beside it (its raw_files list), and
 otherwise analyses the raw records again (a packed example, a run damaged or changed since its
-report: the analysis refuses a damaged one with the file named)."""
+report: the analysis refuses a damaged one with the file named). A run's identity is the content
+of its raw data (run_key), never its folder's name; the schema is versioned with Alembic
+(migrations/, applied by connect)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -19,80 +23,12 @@ import sqlalchemy as sa
 
 from vse.analysis import ARMS, analyze
 from vse.analysis.load import load_scenario_from_run
-from vse.errors import SuiteError
+from vse.history.schema import ACKS, COMPARISONS, GATES, METRICS, RUNS, HistoryError
 from vse.report import results_json
 from vse.rundir.files import file_sha256, read_json
 from vse.rundir.layout import RunDir
 
-META = sa.MetaData()
-RUNS = sa.Table(
-    "runs",
-    META,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("run", sa.Text, nullable=False),  # the run directory's name
-    sa.Column("arm", sa.Text, nullable=False),  # baseline | candidate
-    sa.Column("repeat", sa.Integer, nullable=False),  # run index within the arm
-    sa.Column("server_start", sa.Integer, nullable=False),
-    sa.Column("scenario", sa.Text, nullable=False),
-    sa.Column("label", sa.Text),
-    sa.Column("backend", sa.Text),
-    sa.Column("model", sa.Text),
-    sa.Column("vllm", sa.Text),
-    sa.Column("flashinfer", sa.Text),
-    sa.Column("torch", sa.Text),
-    sa.Column("gpu", sa.Text),
-    sa.Column("driver", sa.Text),
-    sa.Column("suite_commit", sa.Text),
-    sa.Column("started", sa.Text, nullable=False),  # the run's start (ISO 8601, UTC)
-    sa.Column("status", sa.Text),
-    sa.Column("exit_code", sa.Integer),
-    # What makes two nights comparable (the series key), added in schema version 2:
-    sa.Column("scenario_sha", sa.Text),
-    sa.Column("workload", sa.Text),  # "isl=1024 osl=1024 n=384 c=128 rate=inf"
-    sa.Column("gpu_count", sa.Integer),
-    sa.Column("tp", sa.Integer),
-    sa.Column("calibration", sa.Integer),  # 1: a planted slowdown, fault or what-if arm, never a real candidate
-    sa.Column("build_url", sa.Text),
-    sa.UniqueConstraint("run", "arm", "repeat"),
-)
-METRICS = sa.Table(
-    "metrics",
-    META,
-    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
-    sa.Column("key", sa.Text, primary_key=True),  # as in results.json, e.g. output_throughput
-    sa.Column("value", sa.Float, nullable=False),
-)
-GATES = sa.Table(  # "when did this gate first FAIL" is one query
-    "gates",
-    META,
-    sa.Column("run", sa.Text, primary_key=True),
-    sa.Column("gate", sa.Text, primary_key=True),
-    sa.Column("metric", sa.Text),
-    sa.Column("outcome", sa.Text, nullable=False),
-    sa.Column("detail", sa.Text),
-    sa.Column("started", sa.Text),
-    sa.Column("scenario", sa.Text),
-)
-COMPARISONS = sa.Table(  # the run's A/B figures: change and interval per metric, its verdict
-    "comparisons",
-    META,
-    sa.Column("run", sa.Text, primary_key=True),
-    sa.Column("metric", sa.Text, primary_key=True),
-    sa.Column("baseline", sa.Float),
-    sa.Column("candidate", sa.Float),
-    sa.Column("rel_change", sa.Float),
-    sa.Column("ci_low", sa.Float),
-    sa.Column("ci_high", sa.Float),
-    sa.Column("verdict", sa.Text),
-    sa.Column("started", sa.Text),
-    sa.Column("scenario", sa.Text),
-)
-sa.Index("runs_by_series", RUNS.c.scenario, RUNS.c.arm, RUNS.c.backend, RUNS.c.started)
-SERIES_KEY = ("scenario", "arm", "label", "backend", "workload", "gpu", "gpu_count", "tp", "calibration")
-
-
-class HistoryError(SuiteError):
-    pass
+SERIES_KEY = ("scenario", "arm", "label", "backend", "workload", "gpu", "gpu_count", "tp", "calibration", "settings")
 
 
 class UnfinishedRun(HistoryError):
@@ -105,27 +41,27 @@ class Ingested:
     added: int  # run-level rows added (0: it was there already)
 
 
-def url_of(db: str | Path) -> str:
-    """A database URL, or a SQLite file path (the embedded default for one machine)."""
-    text = str(db)
-    if "://" in text:
-        return text.replace("postgresql://", "postgresql+psycopg://", 1) if text.startswith("postgresql://") else text
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{text}"
+def run_key(run_dir: Path) -> str:
+    """A run's identity: a digest of its raw files' paths and contents, whatever its folder is called
+    or wherever it was copied (an artifact download, an unpacked example)."""
+    h = hashlib.sha256()
+    layout = RunDir(run_dir)
+    for rel in sorted(layout.raw_files()):
+        h.update(f"{rel}\0{file_sha256(layout.path / rel)}\n".encode())
+    return h.hexdigest()[:24]
 
 
-def connect(db: str | Path) -> sa.Engine:
-    """The history, its schema created or migrated (columns a newer suite added)."""
-    engine = sa.create_engine(url_of(db))
-    with engine.begin() as c:
-        if engine.dialect.name == "postgresql":  # agents starting at once: one creates, the others wait
-            c.execute(sa.text("SELECT pg_advisory_xact_lock(7315)"))
-        META.create_all(c)
-        have = {col["name"] for col in sa.inspect(c).get_columns("runs")}
-        for col in RUNS.columns:
-            if col.name not in have:  # an older history: add the column, empty for its old rows
-                c.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"))
-    return engine
+def settings_digest(s) -> str:
+    """What a run measured, as a digest: the model, the server and arm settings and the workload,
+    without what differs between machines (interpreter paths, host, port, timeouts, model folders),
+    so two nights of one scenario share a series and an edited scenario starts a new one."""
+    d = s.model_dump(mode="json")
+    model = {k: v for k, v in d["model"].items() if k not in ("id", "tokenizer", "generate")}
+    model["id"] = Path(d["model"]["id"]).name if d["model"].get("id") else None
+    server = {k: v for k, v in d["server"].items() if k not in ("vllm", "host", "port", "startup_timeout_s")}
+    arms = {n: {k: v for k, v in a.items() if k != "vllm"} for n, a in d["arms"].items()}
+    text = json.dumps({"model": model, "server": server, "arms": arms, "workload": d["workload"]}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _workload(s) -> str:
@@ -148,15 +84,18 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
     status = read_json(layout.run_json).get("status")
     if status != "complete":
         raise UnfinishedRun(f"{run_dir}: status {status} (not finished)")
-    with engine.connect() as c:
-        if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run == name).limit(1)).first():
+    key = run_key(run_dir)
+    with engine.connect() as c:  # the same content under any name; an older history's row by its name
+        if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run.in_([key, name])).limit(1)).first():
             return Ingested(name, 0)
     res = results(run_dir)
     env, s = res["environment"] or {}, load_scenario_from_run(run_dir)
     gpus = env.get("gpus") or []
     sha = file_sha256(layout.scenario)[:16]
     common: dict[str, Any] = dict(
-        run=name,
+        run=key,
+        name=name,
+        settings=settings_digest(s),
         scenario=s.name,
         model=res["run"].get("model"),
         gpu=gpus[0]["name"] if gpus else "cpu",
@@ -172,7 +111,7 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
         build_url=os.environ.get("BUILDKITE_BUILD_URL"),
     )
     try:
-        return Ingested(name, _insert(engine, res, s, name, common))
+        return Ingested(name, _insert(engine, res, s, common))
     except sa.exc.IntegrityError:  # another agent ingested the same run meanwhile: it is there, whole
         return Ingested(name, 0)
 
@@ -191,7 +130,7 @@ def results(run_dir: Path) -> dict[str, Any]:
     return results_json.render(analyze(run_dir))
 
 
-def _insert(engine: sa.Engine, res: dict[str, Any], s, name: str, common: dict[str, Any]) -> int:
+def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -> int:
     env = res["environment"] or {}
     rows = 0
     with engine.begin() as c:  # one transaction: a run is in the history whole or not at all
@@ -224,7 +163,8 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, name: str, common: dict[s
                 COMPARISONS.insert(),
                 [
                     {
-                        "run": name,
+                        "run": common["run"],
+                        "name": common["name"],
                         "metric": m["key"],
                         "baseline": m["baseline"],
                         "candidate": m["candidate"],
@@ -243,7 +183,8 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, name: str, common: dict[s
                 GATES.insert(),
                 [
                     {
-                        "run": name,
+                        "run": common["run"],
+                        "name": common["name"],
                         "gate": g["name"],
                         "metric": g["metric"],
                         "outcome": g["outcome"],
@@ -261,9 +202,10 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, name: str, common: dict[s
 
 @dataclass(frozen=True)
 class Point:
-    run: str
+    run: str  # the run directory's name
     started: str
     value: float  # the run directory's mean over the arm's runs of it
+    key: str = ""  # the run's identity (run_key)
 
 
 @dataclass(frozen=True)
@@ -277,12 +219,14 @@ class SeriesKey:
     gpu_count: int | None
     tp: int | None
     calibration: int | None
+    settings: str | None = None
 
     def title(self) -> str:
         cal = ", calibration arm" if self.calibration else ""
         return (
             f"{self.scenario} / {self.arm} {self.label} ({self.backend}) / {self.workload or 'workload n/a'} / "
             f"{self.gpu_count or ''}x {self.gpu} TP{self.tp}{cal}"
+            + (f" / settings {self.settings}" if self.settings else "")
         )
 
 
@@ -299,25 +243,71 @@ def series(engine: sa.Engine, key: SeriesKey, metric: str) -> list[Point]:
         for k, v in zip(SERIES_KEY, (getattr(key, k) for k in SERIES_KEY))
     ]
     q = (
-        sa.select(RUNS.c.run, RUNS.c.started, METRICS.c.value)
+        sa.select(RUNS.c.run, sa.func.coalesce(RUNS.c.name, RUNS.c.run), RUNS.c.started, METRICS.c.value)
         .join(METRICS, METRICS.c.run_id == RUNS.c.id)
         .where(METRICS.c.key == metric, *cond)
         .order_by(RUNS.c.started, RUNS.c.run)
     )
-    by_run: dict[str, tuple[str, list[float]]] = {}
+    by_run: dict[str, tuple[str, str, list[float]]] = {}
     with engine.connect() as c:
-        for run, started, v in c.execute(q):
-            by_run.setdefault(run, (started, []))[1].append(v)
+        for ident, name, started, v in c.execute(q):
+            by_run.setdefault(ident, (name, started, []))[2].append(v)
     return [
-        Point(run, st, math.exp(sum(math.log(x) for x in vs) / len(vs)))
-        for run, (st, vs) in by_run.items()
+        Point(name, st, math.exp(sum(math.log(x) for x in vs) / len(vs)), ident)
+        for ident, (name, st, vs) in by_run.items()
         if all(x > 0 for x in vs)
     ]
 
 
+@dataclass(frozen=True)
+class Ack:
+    run: str
+    metric: str
+    by: str
+    why: str
+    at: str
+
+
+def acks(engine: sa.Engine) -> dict[tuple[str, str], Ack]:
+    """Accepted changes by (identity of the first run after the change, metric)."""
+    with engine.connect() as c:
+        return {(r.run, r.metric): Ack(r.run, r.metric, r.by, r.why, r.at) for r in c.execute(sa.select(ACKS))}
+
+
+def accept(engine: sa.Engine, run: str, metric: str, by: str, why: str, at: str) -> Ack:
+    """Record that the change first seen in `run` (its name or identity, or a prefix of the
+    identity) on `metric` was looked at and accepted."""
+    if not why.strip():
+        raise HistoryError("an accepted change needs a reason (--why)")
+    with engine.begin() as c:
+        keys = sorted(
+            {
+                k
+                for (k,) in c.execute(
+                    sa.select(RUNS.c.run).where(
+                        sa.or_(RUNS.c.name == run, RUNS.c.run == run, RUNS.c.run.startswith(run, autoescape=True))
+                    )
+                )
+            }
+        )
+        if len(keys) != 1:
+            found = f"{len(keys)} runs ({', '.join(keys[:4])})" if keys else "no run"
+            raise HistoryError(
+                f"--ack {run}: {found} in the history match; give the run's identity as the trend shows it"
+            )
+        known = {k for (k,) in c.execute(sa.select(METRICS.c.key).distinct())}
+        if metric not in known:
+            raise HistoryError(f"--metric {metric}: not a metric of the history ({', '.join(sorted(known))})")
+        c.execute(sa.delete(ACKS).where(ACKS.c.run == keys[0], ACKS.c.metric == metric))
+        c.execute(ACKS.insert().values(run=keys[0], metric=metric, by=by, why=why, at=at))
+    return Ack(keys[0], metric, by, why, at)
+
+
 def first_failure(engine: sa.Engine, gate: str, scenario: str | None = None) -> tuple[str, str] | None:
     """(run, started) of the first run where this gate FAILed."""
-    q = sa.select(GATES.c.run, GATES.c.started).where(GATES.c.gate == gate, GATES.c.outcome == "fail")
+    q = sa.select(sa.func.coalesce(GATES.c.name, GATES.c.run), GATES.c.started).where(
+        GATES.c.gate == gate, GATES.c.outcome == "fail"
+    )
     if scenario:
         q = q.where(GATES.c.scenario == scenario)
     with engine.connect() as c:

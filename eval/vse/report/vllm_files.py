@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from datetime import datetime
 
 from vse.analysis import Analysis
 from vse.analysis.load import ArmAnalysis
@@ -26,13 +27,30 @@ def result_json(a: Analysis, arm: ArmAnalysis, m: dict, detailed: bool) -> dict:
         m,
         label=arm.label,
         model_id=a.scenario.model.served_name,
-        tokenizer_id=a.run.get("model", ""),
+        tokenizer_id=tokenizer_id(arm),
         num_prompts=w.num_prompts,
         endpoint=w.endpoint.value,
         burstiness=w.burstiness,
         detailed=detailed,
-        date=str(a.run.get("started", "")),
+        date=vllm_date(a.run.get("started")),
     )
+
+
+def vllm_date(iso: str | None) -> str | None:
+    """vLLM's own `date` (%Y%m%d-%H%M%S) from the run's start (ISO 8601, UTC)."""
+    try:
+        return datetime.fromisoformat(str(iso)).strftime("%Y%m%d-%H%M%S")
+    except ValueError:
+        return None
+
+
+def tokenizer_id(arm: ArmAnalysis) -> str:
+    """What vLLM writes there: the tokenizer it was given, else the model (the arm's server's)."""
+    argv = arm.servers[0].get("argv", []) if arm.servers else []
+    for flag in ("--tokenizer", "--model"):
+        if flag in argv[:-1]:
+            return str(argv[argv.index(flag) + 1])
+    return ""
 
 
 def write(a: Analysis, detailed: bool = False) -> None:

@@ -38,15 +38,24 @@ export SET
 bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): use 1, 0, true or false),$(filter 1 true,$($(1)))))
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
-.PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup \
+.PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup lock \
 	setup-gpu-carry check clean-venv examples-raw
 
-$(VENV)/.installed: pyproject.toml
+# The suite's environment from the lock (requirements.lock: every package pinned, for Python
+# 3.10-3.14 on any platform), then the suite itself without resolving anything again.
+$(VENV)/.installed: pyproject.toml requirements.lock
 	@echo "setup: creating the suite's environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
 	@touch $@
+
+# Re-resolve the lock after a change to pyproject.toml's dependencies (uv, from PyPI; commit the result).
+lock: $(SUITE_ENV)
+	$(PY) -m pip install -q uv
+	SSL_CERT_FILE=$${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} UV_NATIVE_TLS=1 $(PY) -m uv pip compile \
+		pyproject.toml --extra test --universal --python-version 3.10 -o requirements.lock
 
 compare: $(SUITE_ENV)
 	$(PY) -m vse.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \

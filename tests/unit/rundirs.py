@@ -59,6 +59,9 @@ def write_run(
     for arm, plan in runs.items():
         d = root / arm
         d.mkdir(exist_ok=True)
+        starts = sorted({start for start, _ in plan})
+        servers = [{"server": n, "argv": [], "requested_backend": "none", "selected_kernel": None} for n in starts]
+        (d / "servers.json").write_text(json.dumps(servers))
         for k, (start, step) in enumerate(plan):
             write_jsonl(d / f"bench-{k}.jsonl", [stream(i, step) for i in range(16)])
             meta = {

@@ -3,8 +3,8 @@ image install, and it is in step with pyproject.toml (every dependency there is 
 version its range allows). `make lock` re-resolves it."""
 
 import re
-import tomllib
 
+import tomllib
 from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

@@ -11,6 +11,7 @@ import yaml
 
 from vse.checks import accuracy, agreement
 from vse.checks.agreement import Completion
+from vse.errors import DamagedRunError
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats, repeat_metrics
@@ -68,13 +69,19 @@ def _good_fn(s: Scenario):
 
 
 def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
-    arm = RunDir(run_dir).arm(name)
+    layout = RunDir(run_dir)
+    arm, complete = layout.arm(name), _complete(run_dir)
     d = arm.path
     if not d.is_dir():
+        other = [a for a in ARMS if a != name and layout.arm(a).path.is_dir()]
+        if complete and other:  # a finished A/B always has both arms
+            raise DamagedRunError(f"{d}: missing, beside {other[0]}/; the run directory is damaged")
         return None
     spec = getattr(s.arms, name)
     servers = read_json(arm.servers) if arm.servers.is_file() else []
-    reps = load_repeats(d, complete=_complete(run_dir))
+    reps = load_repeats(d, complete=complete)
+    if complete and reps and not servers:
+        raise DamagedRunError(f"{arm.servers}: missing (the arm ran {len(reps)} run(s)); the run directory is damaged")
     ran = {r.meta.get("server") for r in reps}
     for sv in servers:  # a start that ran no workload made up checks an interrupted call lost (RESUME)
         sv["measured"] = None in ran or sv.get("server") in ran

@@ -16,6 +16,7 @@ from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed,
 from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources as models
+from vse.rundir import seal
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
@@ -61,6 +62,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     layout = RunDir(run_dir)
     run = read_json(layout.run_json)
     env = read_json(layout.environment) if layout.environment.is_file() else {}
+    seal.verify(run_dir)  # raw data changed since the run wrote it is refused before anything is read
     arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
     notes: list[str] = []
     g = s.gates

@@ -25,6 +25,7 @@ from vse.analysis import ARMS, analyze
 from vse.analysis.load import load_scenario_from_run
 from vse.history.schema import ACKS, COMPARISONS, GATES, METRICS, RUNS, HistoryError
 from vse.report import results_json
+from vse.rundir import seal
 from vse.rundir.files import file_sha256, read_json
 from vse.rundir.layout import RunDir
 
@@ -118,8 +119,10 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
 
 def results(run_dir: Path) -> dict[str, Any]:
     """The run's results.json if it describes the raw data beside it now, else the same document
-    computed from the raw records (which refuses a damaged run, naming the file)."""
+    computed from the raw records (which refuses a damaged run, naming the file). Sizes alone
+    cannot tell an edited record from the one the report read: a sealed run is checked first."""
     layout = RunDir(run_dir)
+    seal.verify(run_dir)
     if layout.results.is_file():
         try:
             res = read_json(layout.results)

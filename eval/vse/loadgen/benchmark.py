@@ -13,6 +13,7 @@ from vse.loadgen.client import RequestParams
 from vse.loadgen.datasets import Prompt, load_tokenizer
 from vse.loadgen.gpu_sampler import GpuSampler
 from vse.loadgen.runner import LoadShape, run_load
+from vse.rundir import seal
 from vse.rundir.files import write_json
 from vse.rundir.layout import ArmDir
 from vse.rundir.rawdata import RepeatResult
@@ -118,4 +119,7 @@ def run_repeat(
     # a statistic needs (the agreement probe keeps the outputs that matter).
     write_jsonl(arm.records(repeat), warm + result.records, keep_text=False)
     write_json(arm.meta(repeat), meta)  # after the records: a run is finished once its meta exists
+    run_dir = arm.path.parent
+    counts = {"measured": len(result.records), "warmup": len(warm)}
+    seal.add(run_dir, [arm.records(repeat), arm.meta(repeat)], {f"{arm.path.name}/{arm.records(repeat).name}": counts})
     return RepeatResult(warm + result.records, meta)

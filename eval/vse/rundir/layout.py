@@ -3,6 +3,7 @@ checks) and readers (analysis, reports, history, resume) ask these types for pat
 spelling names, so a layout change is one edit and a reader cannot look for a file no writer makes.
 
   run.json                  status, scenario name, backend, timestamps, exit reason and code
+  seal.json                 each raw file's sha256 (and record counts) as the run wrote it
   scenario.yaml             the resolved scenario (after overrides)
   environment.json          GPU, driver, CUDA, vLLM, torch, FlashInfer, lm-eval, git commit, host
   prompts/prompts-<k>.jsonl the prompts of run k (identical across arms for one seed)
@@ -103,6 +104,10 @@ class RunDir:
     @property
     def scenario(self) -> Path:
         return self.path / "scenario.yaml"
+
+    @property
+    def seal(self) -> Path:
+        return self.path / "seal.json"
 
     @property
     def environment(self) -> Path:

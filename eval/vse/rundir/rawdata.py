@@ -35,15 +35,47 @@ def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
             raise DamagedRunError(
                 f"{have}: its {missing} is missing; the run directory is damaged (the run said it completed)"
             )
-    out = []
+    out: list[tuple[int, RepeatResult]] = []
     for k in sorted(metas):
         if k in records:
             try:
                 meta = read_json(metas[k])
             except ValueError as e:
                 raise DamagedRunError(f"{metas[k]}: not JSON ({e}); the run directory is damaged") from None
-            out.append(RepeatResult(read_jsonl(records[k]), meta))
-    return out
+            rep = RepeatResult(read_jsonl(records[k]), meta)
+            check_design(records[k], rep)
+            out.append((k, rep))
+    check_distinct(arm, out)
+    return [rep for _, rep in out]
+
+
+def check_design(path: Path, rep: RepeatResult) -> None:
+    """A run holds exactly the requests its settings say it sent: a records file cut at a line
+    boundary, emptied, or with a line deleted (a failed request removed turns a FAIL into a PASS)
+    reads as a result otherwise. Runs bounded by time (duration_s) send as many as fit: not checked."""
+    meta = rep.meta
+    want = meta.get("num_prompts")
+    if want is None or meta.get("duration_s"):
+        return
+    measured = sum(1 for r in rep.records if r.phase == "measure")
+    if measured != want:
+        raise DamagedRunError(
+            f"{path}: {measured} measured requests, its settings say {want} were sent; the run directory is damaged"
+        )
+
+
+def check_distinct(arm: ArmDir, reps: list[tuple[int, RepeatResult]]) -> None:
+    """No two runs are one: each run's requests carry their own clock readings, so two runs with the
+    same send times are a copy (a run duplicated as another, or copied over another)."""
+    seen: dict[tuple[int, ...], int] = {}
+    for k, rep in reps:
+        key = tuple(r.send_ns for r in rep.records)
+        if key and any(key) and key in seen:  # (records without clock readings cannot tell)
+            raise DamagedRunError(
+                f"{arm.records(k)}: the same requests as {arm.records(seen[key]).name} (a copy); "
+                "the run directory is damaged"
+            )
+        seen[key] = k
 
 
 def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:

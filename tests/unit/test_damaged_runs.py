@@ -1,0 +1,154 @@
+"""Raw data that cannot be changed without the verdict noticing. Each kind of damage a person found
+reading as a result (a PASS with moved numbers, a FAIL turned PASS) is refused here, exit 2 with the
+file named: by the design checks on any run (the records a run holds against the requests its
+settings say it sent, no two runs alike) and, on a run with a seal, by the seal (every raw file's
+sha256 as the run wrote it). The run is the committed CPU smoke example's real raw data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from vse.analysis import analyze
+from vse.errors import DamagedRunError
+from vse.rundir import seal
+from vse.rundir.layout import RunDir
+from vse.rundir.packed import unpack
+
+EX = ROOT / "reports" / "examples"
+
+
+def vse(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "vse.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture
+def run(tmp_path):
+    return unpack(EX / "cpu-smoke", tmp_path, "r")
+
+
+def sealed(run):
+    """The run as a current suite leaves it: every raw file it wrote, sealed."""
+    layout = RunDir(run)
+    files = [p for a in layout.arm_dirs() for k in a.metas() for p in (a.records(k), a.meta(k))]
+    seal.add(run, files + [a.servers for a in layout.arm_dirs() if a.servers.is_file()])
+    return run
+
+
+def lines(path):
+    return path.read_text().splitlines(keepends=True)
+
+
+def refused(run, match):
+    with pytest.raises(DamagedRunError, match=match):
+        analyze(run)
+
+
+def test_the_intact_run_reads_and_is_sealed_as_written(run):
+    assert analyze(run).exit_code == 0
+    assert seal.verify(sealed(run)) and analyze(run).exit_code == 0
+
+
+@pytest.mark.parametrize("with_seal", [False, True])
+def test_a_run_copied_over_another_is_refused(run, with_seal):
+    """bench-3.jsonl replaced by a copy of bench-0.jsonl read PASS, median TPOT -23.59% (intact -26.52%)."""
+    if with_seal:
+        sealed(run)
+    shutil.copy(run / "baseline" / "bench-0.jsonl", run / "baseline" / "bench-3.jsonl")
+    refused(run, "bench-3.jsonl: (changed since the run sealed it|the same requests as bench-0.jsonl)")
+
+
+@pytest.mark.parametrize("with_seal", [False, True])
+def test_a_duplicate_run_added_is_refused(run, with_seal):
+    """A copy added as bench-4 read PASS -27.34% and 9 history rows."""
+    if with_seal:
+        sealed(run)
+    for suffix in (".jsonl", ".meta.json"):
+        shutil.copy(run / "candidate" / f"bench-0{suffix}", run / "candidate" / f"bench-4{suffix}")
+    refused(run, r"bench-4\.(jsonl|meta\.json): (not in the run's seal|the same requests as bench-0.jsonl)")
+
+
+@pytest.mark.parametrize(
+    "cut, said",
+    [
+        (lambda ls: ls[: len(ls) - 16], "16 measured requests, its settings say 32"),  # cut at a line boundary
+        (lambda ls: [], "0 measured requests, its settings say 32"),  # emptied
+        (lambda ls: ls[:-1], "31 measured requests, its settings say 32"),  # one line deleted
+    ],
+)
+def test_records_missing_from_a_run_are_refused_without_a_seal(run, cut, said):
+    path = run / "baseline" / "bench-2.jsonl"
+    path.write_text("".join(cut(lines(path))))
+    refused(run, f"bench-2.jsonl: {said}")
+
+
+def test_a_fail_cannot_become_a_pass_by_deleting_the_failed_request(run):
+    """The run as written had one failed candidate request: FAIL. Deleting that line read PASS."""
+    path = run / "candidate" / "bench-1.jsonl"
+    recs = [json.loads(x) for x in lines(path)]
+    i = next(j for j, r in enumerate(recs) if r["phase"] == "measure")
+    recs[i].update(success=False, error="HTTP 500")
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    sealed(run)  # what the run wrote, failed request included
+    a = analyze(run)
+    assert a.exit_code == 1 and any(
+        g.name == "candidate failed requests" and g.outcome.value == "fail" for g in a.gates
+    )
+    path.write_text("".join(json.dumps(r) + "\n" for j, r in enumerate(recs) if j != i))
+    refused(run, "bench-1.jsonl: changed since the run sealed it")
+    r = vse("report", run)
+    assert r.returncode == 2 and "bench-1.jsonl: changed since the run sealed it" in r.stderr.strip().splitlines()[-1]
+
+
+def test_an_edited_number_is_refused_by_the_seal(run):
+    """Same line count, same requests, one latency moved: only the seal can tell."""
+    sealed(run)
+    path = run / "candidate" / "bench-2.jsonl"
+    text = path.read_text()
+    recs = [json.loads(x) for x in text.splitlines()]
+    recs[-1]["end_ns"] += 1_000_000
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    refused(run, "candidate/bench-2.jsonl: changed since the run sealed it")
+
+
+@pytest.mark.parametrize("with_seal", [False, True])
+def test_a_missing_servers_json_or_arm_is_a_damaged_run(run, with_seal):
+    if with_seal:
+        sealed(run)
+    (run / "candidate" / "servers.json").unlink()
+    refused(run, "candidate/servers.json: (missing|sealed by the run but missing)")
+    shutil.rmtree(run / "candidate")
+    r = vse("report", run)
+    assert r.returncode == 2, r.stderr[-2000:]  # was FAIL, exit 1, and 4 history rows
+    assert "candidate" in r.stderr and "damaged" in r.stderr.strip().splitlines()[-1]
+
+
+def test_history_refuses_a_run_changed_after_its_report(run, tmp_path):
+    """results.json matched by size alone let an edited run into the history; the seal is checked first."""
+    sealed(run)
+    assert vse("report", run).returncode == 0
+    path = run / "baseline" / "bench-0.jsonl"
+    size = path.stat().st_size
+    recs = [json.loads(x) for x in lines(path)]
+    recs[-1]["end_ns"] += 1 if recs[-1]["end_ns"] % 10 != 9 else -1  # as many digits: the same size
+    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in recs))
+    assert path.stat().st_size == size
+    r = vse("history", "--db", tmp_path / "h.sqlite", run)
+    assert r.returncode == 2 and "bench-0.jsonl: changed since the run sealed it" in r.stderr
+
+
+def test_report_on_a_packed_example_writes_nothing(tmp_path):
+    """It used to analyse an example with no raw data beside it and write FAIL over its results."""
+    ex = tmp_path / "cpu-smoke"
+    shutil.copytree(EX / "cpu-smoke", ex)
+    before = {p.name: p.read_bytes() for p in ex.iterdir() if p.is_file()}
+    r = vse("report", ex)
+    assert r.returncode == 2 and "a committed example whose raw data is packed" in r.stderr
+    assert {p.name: p.read_bytes() for p in ex.iterdir() if p.is_file()} == before

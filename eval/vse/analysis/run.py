@@ -64,75 +64,17 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     env = read_json(layout.environment) if layout.environment.is_file() else {}
     seal.verify(run_dir)  # raw data changed since the run wrote it is refused before anything is read
     arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
-    notes: list[str] = []
     g = s.gates
     excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
     look = look_of(s, arms)
     gate_alpha = decide.spent_alpha(
         g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
     )
-    comparison: list[stats.MetricComparison] = []
-    if all(n in arms and arms[n].repeat_data for n in ARMS):
-        comparison = stats.compare_arms(
-            arms["baseline"].repeat_data,
-            arms["candidate"].repeat_data,
-            s.workload.percentiles,
-            goodput=s.workload.goodput is not None,
-            alpha=g.significance,
-            excluded=excluded,
-        )
-    else:
-        notes.append("the comparison needs benchmark data from both arms")
-    if comparison and comparison[0].design is stats.Design.QUICK_LOOK:
-        notes.append(
-            "one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
-            "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE)."
-        )
-    for n in ARMS:
-        if getattr(s.arms, n).whatif:  # first, in every report format
-            notes.insert(
-                0,
-                f"{n} ({getattr(s.arms, n).label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
-                f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
-                + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [], getattr(s.arms, n))],
-            )
-        if getattr(s.arms, n).planted_slowdown is not None:  # never mistaken for a real candidate
-            notes.insert(
-                0,
-                f"{n} ({getattr(s.arms, n).label}) is a **{planted.LABEL}**: "
-                f"{planted.describe(getattr(s.arms, n))}, added by the suite's vLLM plugin.",
-            )
-    notes += _ttft_notes(arms) + _machine_notes(arms)
-    agree = self_agree = None
-    if all(n in arms and arms[n].agreement for n in ARMS):
-        agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
-    if "baseline" in arms and arms["baseline"].agreement and arms["baseline"].agreement_self:
-        self_agree = agreement.compare(arms["baseline"].agreement, arms["baseline"].agreement_self)
-    for a in arms.values():
-        cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
-        if cpt and min(cpt) < 0.9:
-            notes.append(
-                f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
-                "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
-                "a token that decodes to no new text, common with random weights, and merges a stream's "
-                "pending tokens into one chunk when its API server falls behind at high token rates.)"
-            )
-    results: list[GateResult] = []
-    for n, a in arms.items():
-        if a.repeat_data:
-            total = sum(d.n + d.failed for d in a.repeat_data)
-            errors = [
-                r.error
-                for rep in a.raw
-                for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
-                if not r.success
-            ]
-            results.append(
-                gates.failed_requests(
-                    n, sum(d.failed for d in a.repeat_data), total, g.max_failed_fraction, gates.error_kinds(errors)
-                )
-            )
-    results += _accuracy_gates(s, run, arms)
+    comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
+    notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + _machine_notes(arms)
+    notes += _coalescing_notes(arms)
+    agree, self_agree = _agreements(arms)
+    results = _request_gates(arms, g.max_failed_fraction) + _accuracy_gates(s, run, arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
     if s.agreement.enabled:
         results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
@@ -140,13 +82,7 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
             results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
     gate_rows = comparison
     if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
-        gate_rows = stats.compare_arms(
-            arms["baseline"].repeat_data,
-            arms["candidate"].repeat_data,
-            s.workload.percentiles,
-            goodput=s.workload.goodput is not None,
-            alpha=g.significance,
-        )
+        gate_rows = _compare(s, arms, {})
         notes.append(
             "gated metrics are decided on every run, disturbed ones included; the exploratory table "
             "leaves them out of their start's mean"
@@ -161,53 +97,29 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         max_starts=s.run.max_server_starts or s.run.server_starts,
     )
     results += required(s, results)
-    noise = None
-    if noise_run is not None:
-        na = analyze(noise_run)
-        noise = na.comparison
-        if differ := _workload_differences(s, na.scenario):
-            notes.append(
-                f"the A/A run {noise_run.name} had another workload ({'; '.join(differ)}): its intervals "
-                "are not this run's noise floor, only an indication"
-            )
-    if stopped := run.get("stopped"):  # the time budget ended the call before the plan did (compare.py)
-        b, c = starts_made(arms)
-        notes.insert(
-            0,
-            f"stopped after {b} + {c} server starts, before the plan's end ({s.run.server_starts} to "
-            f"{s.run.max_server_starts or s.run.server_starts} per arm): {stopped} "
-            f"(`make compare RESUME={run_dir} BUDGET=<seconds>` goes on)",
+    noise = analyze(noise_run) if noise_run is not None else None
+    if noise is not None and (differ := _workload_differences(s, noise.scenario)):
+        notes.append(
+            f"the A/A run {Path(noise_run or '').name} had another workload ({'; '.join(differ)}): its "
+            "intervals are not this run's noise floor, only an indication"
         )
-    status = run.get("status")
-    if status != "complete":
-        notes.insert(0, f"run {status}: {run.get('reason') or 'no reason recorded'}")
-    # A load sweep's points are run directories of their own (eval/vse/sweep.py), each with its verdict,
-    # and with the run's GEMM timings: what the kernels alone predict at each load is the sweep's "why".
+    notes = _status_notes(run_dir, run, s, arms) + notes
     own = layout.gemm_result
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
-    points = [
-        (label, analyze(d, gemm_file=gemm_path))
-        for label, d in sweep.point_dirs(run_dir, s)
-        if RunDir(d).run_json.is_file()
-    ]
-    if points:  # the sweep's verdict is its worst point: FAIL is Holm-corrected across all of them
-        family = gates.across_points([results] + [p.gates for _, p in points], gate_alpha)
-        results = family[0]
-        for (_, p), decided in zip(points, family[1:]):
-            p.gates, p.exit_code = decided, exit_code_for(p.run.get("status"), decided)
-    code = sweep.worst_exit([exit_code_for(status, results)] + [p.exit_code for _, p in points])
+    results, points = _sweep_points(run_dir, s, results, gate_alpha, gemm_path)
+    code = sweep.worst_exit([exit_code_for(run.get("status"), results)] + [p.exit_code for _, p in points])
     out = Analysis(
-        run_dir,
-        run,
-        s,
-        env,
-        arms,
-        comparison,
-        agree,
-        results,
-        code,
-        notes,
-        noise,
+        run_dir=run_dir,
+        run=run,
+        scenario=s,
+        environment=env,
+        arms=arms,
+        comparison=comparison,
+        agreement=agree,
+        gates=results,
+        exit_code=code,
+        notes=notes,
+        noise_floor=noise.comparison if noise is not None else None,
         agreement_self=self_agree,
         fidelity=fid,
         disturbed=disturbed,
@@ -221,6 +133,126 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         out.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
         _predict(out, gemm_file)
     return out
+
+
+def _both_measured(arms: dict[str, ArmAnalysis]) -> bool:
+    return all(n in arms and arms[n].repeat_data for n in ARMS)
+
+
+def _compare(s: Scenario, arms: dict[str, ArmAnalysis], excluded: dict) -> list[stats.MetricComparison]:
+    return stats.compare_arms(
+        arms["baseline"].repeat_data,
+        arms["candidate"].repeat_data,
+        s.workload.percentiles,
+        goodput=s.workload.goodput is not None,
+        alpha=s.gates.significance,
+        excluded=excluded,
+    )
+
+
+def _comparison_notes(comparison: list[stats.MetricComparison]) -> list[str]:
+    if not comparison:
+        return ["the comparison needs benchmark data from both arms"]
+    if comparison[0].design is stats.Design.QUICK_LOOK:
+        return [
+            "one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
+            "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE)."
+        ]
+    return []
+
+
+def _arm_kinds(s: Scenario, arms: dict[str, ArmAnalysis]) -> list[str]:
+    """What each arm is, first in every report format: a what-if or a planted slowdown is never
+    mistaken for a real candidate."""
+    first: list[str] = []
+    for n in ARMS:
+        spec = getattr(s.arms, n)
+        if spec.whatif:
+            first.insert(
+                0,
+                f"{n} ({spec.label}) is a **{whatif.LABEL}**: FlashInfer's per-tensor FP8 "
+                f"GEMM below compute capability 10.0, enabled by the suite's vLLM plugin. "
+                + whatif.TACTICS_NOTE[whatif.tactics_mode(arms[n].servers if n in arms else [], spec)],
+            )
+        if spec.planted_slowdown is not None:
+            first.insert(
+                0,
+                f"{n} ({spec.label}) is a **{planted.LABEL}**: {planted.describe(spec)}, added by the suite's vLLM plugin.",
+            )
+    return first
+
+
+def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
+    out = []
+    for a in arms.values():
+        cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
+        if cpt and min(cpt) < 0.9:
+            out.append(
+                f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
+                "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
+                "a token that decodes to no new text, common with random weights, and merges a stream's "
+                "pending tokens into one chunk when its API server falls behind at high token rates.)"
+            )
+    return out
+
+
+def _agreements(arms: dict[str, ArmAnalysis]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    agree = self_agree = None
+    if all(n in arms and arms[n].agreement for n in ARMS):
+        agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
+    if "baseline" in arms and arms["baseline"].agreement and arms["baseline"].agreement_self:
+        self_agree = agreement.compare(arms["baseline"].agreement, arms["baseline"].agreement_self)
+    return agree, self_agree
+
+
+def _request_gates(arms: dict[str, ArmAnalysis], max_failed_fraction: float) -> list[GateResult]:
+    out = []
+    for n, a in arms.items():
+        if a.repeat_data:
+            total = sum(d.n + d.failed for d in a.repeat_data)
+            errors = [
+                r.error
+                for rep in a.raw
+                for r in sorted(metrics.measured(rep.records), key=lambda x: x.end_ns)
+                if not r.success
+            ]
+            failed = sum(d.failed for d in a.repeat_data)
+            out.append(gates.failed_requests(n, failed, total, max_failed_fraction, gates.error_kinds(errors)))
+    return out
+
+
+def _status_notes(run_dir: Path, run: dict[str, Any], s: Scenario, arms: dict[str, ArmAnalysis]) -> list[str]:
+    """How the run ended, before anything else: unfinished, or stopped by its time budget."""
+    out = []
+    if (status := run.get("status")) != "complete":
+        out.append(f"run {status}: {run.get('reason') or 'no reason recorded'}")
+    if stopped := run.get("stopped"):  # the time budget ended the call before the plan did (compare.py)
+        b, c = starts_made(arms)
+        out.append(
+            f"stopped after {b} + {c} server starts, before the plan's end ({s.run.server_starts} to "
+            f"{s.run.max_server_starts or s.run.server_starts} per arm): {stopped} "
+            f"(`make compare RESUME={run_dir} BUDGET=<seconds>` goes on)"
+        )
+    return out
+
+
+def _sweep_points(
+    run_dir: Path, s: Scenario, results: list[GateResult], gate_alpha: float, gemm_path: Path | None
+) -> tuple[list[GateResult], list[tuple[str, Analysis]]]:
+    """A load sweep's points are run directories of their own (eval/vse/sweep.py), each with its
+    verdict and the run's GEMM timings (what the kernels alone predict at each load is the sweep's
+    "why"). The sweep's FAILs are Holm-corrected across all of its points."""
+    points = [
+        (label, analyze(d, gemm_file=gemm_path))
+        for label, d in sweep.point_dirs(run_dir, s)
+        if RunDir(d).run_json.is_file()
+    ]
+    if not points:
+        return results, []
+    family = gates.across_points([results] + [p.gates for _, p in points], gate_alpha)
+    for (_, p), decided in zip(points, family[1:]):
+        p.gates, p.exit_code = decided, exit_code_for(p.run.get("status"), decided)
+    return family[0], points
 
 
 def _predict(a: Analysis, gemm_file: Path | None) -> None:

@@ -126,14 +126,18 @@ def rebuild_reports(example: Path) -> None:
         if gemm:  # at the same relative path, so the reports name it as the README does
             (Path(tmp) / gemm).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(root / gemm, Path(tmp) / gemm)
-        subprocess.run(
+        r = subprocess.run(
             [sys.executable, "-m", "vse.cli", "report", f"reports/{original}", *extra],
             cwd=tmp,
-            env={**os.environ, "PYTHONPATH": str(root)},
+            env={**os.environ, "PYTHONPATH": str(root / "eval")},
             capture_output=True,
+            text=True,
             check=False,
             timeout=600,
         )
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        if last.startswith("error:"):  # not the run's own verdict (a failed run's report exits 2 too)
+            raise SystemExit(f"{example}: the report failed: {last}")
         for name in COMMITTED:
             shutil.copy(run / name, example / name)
         for d in point_dirs(run):  # each load point's own reports, where the run's summary links them

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ from rich.console import Console
 from vse import __version__, report
 from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
 from vse.checks import accuracy
-from vse.cli_ops import cmd_calibrate, cmd_history, cmd_qualify, cmd_setup, cmd_trend
+from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
 from vse.rundir import packed
@@ -29,10 +30,11 @@ from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
+from vse.server import lock as device_lock
 from vse.server import preflight
 from vse.server import process as server
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # off a terminal too, a line stays one line
 
 
 def _sigterm(signum, frame):
@@ -63,6 +65,8 @@ def cmd_compare(args) -> int:
         console=console,
         resume=bool(args.resume),
     )
+    if args.noise_run is not None and not RunDir(args.noise_run).run_json.is_file():
+        raise SuiteError(f"NOISE_RUN={args.noise_run}: not a run directory (no run.json); nothing was started")
     if args.resume:
         s, run_dir = resumed(Path(args.resume), args)
     else:
@@ -75,6 +79,7 @@ def cmd_compare(args) -> int:
         _error(f"{e} (nothing was measured; no run directory kept)")
         return EXIT_UNSUPPORTED
     accuracy.check_inputs(s.accuracy)
+    args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
     provision.ensure_for(s, args.cache, console)
     if run_dir is None:
         s, run_dir = start_run(s, opts)
@@ -232,18 +237,10 @@ def cmd_gemm_bench(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
-    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
-    console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
-    # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
-    # laptop is still a valid file.
-    try:
-        preflight.run(s)
-        accuracy.check_inputs(s.accuracy)
-        console.print("preflight on this machine: would start", highlight=False)
-    except SuiteError as e:
-        console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
-    return 0
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -281,7 +278,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
     c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
     c.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
-    c.add_argument("--max-starts", type=int, default=0, help="sequential: up to this many server starts per arm")
+    c.add_argument(
+        "--max-starts", type=_positive, default=None, help="sequential: up to this many server starts per arm"
+    )
     c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
     c.add_argument(
         "--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32"
@@ -397,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUN_FAILED
     finally:
         server.stop_all(keep=before)
+        if (held := getattr(args, "device_lock", None)) is not None:
+            held.close()  # the device's lock goes only once its servers are stopped
 
 
 def entry() -> None:

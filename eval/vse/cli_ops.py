@@ -1,4 +1,4 @@
-"""The operations commands (`vse history`, `trend`, `qualify`, `calibrate`, `setup`): the nightly's and the
+"""The operations commands (`vse history`, `trend`, `qualify`, `calibrate`, `setup`, `check`): the nightly's and the
 release's; eval/vse/cli.py holds the parser and the run commands."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir.layout import SWEEP, RunDir
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # off a terminal too, a line stays one line
 
 
 def cmd_history(args) -> int:
@@ -202,4 +202,22 @@ def cmd_setup(args) -> int:
     provision.ensure_default_model(args.cache, console)
     models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
     provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
+    return 0
+
+
+def cmd_check(args) -> int:
+    from vse.checks import accuracy
+    from vse.scenario_load import load_scenario
+    from vse.server import preflight
+
+    s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
+    console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
+    # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
+    # laptop is still a valid file.
+    try:
+        preflight.run(s)
+        accuracy.check_inputs(s.accuracy)
+        console.print("preflight on this machine: would start", highlight=False)
+    except SuiteError as e:
+        console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
     return 0

@@ -61,7 +61,7 @@ class Orchestrator(ArmChecks):
         self.run_dir = run_dir
         self.layout = RunDir(run_dir)
         self.opts = opts
-        self.console = opts.console or Console(stderr=True)
+        self.console = opts.console or Console(stderr=True, soft_wrap=True)
         self.status = RunStatus(
             run_dir,
             resume=opts.resume,

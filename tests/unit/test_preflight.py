@@ -64,3 +64,28 @@ def test_busy_gpus_do_not_count():
 def test_cpu_scenario_skips_gpu_checks():
     s = scenario("cpu-smoke.yaml")
     assert preflight.run(s) == []
+
+
+def test_a_second_comparison_on_the_same_devices_is_refused_naming_the_first(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from vse.server import lock
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    held = lock.acquire("vse compare cpu-smoke, started 09:00:00")
+    other = subprocess.run(  # another process, as a second `make compare` would be
+        [sys.executable, "-c", "from vse.server import lock; lock.acquire('second')"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "TMPDIR": str(tmp_path)},
+        timeout=60,
+    )
+    assert other.returncode != 0 and "another comparison is running on this machine's devices" in other.stderr
+    assert "vse compare cpu-smoke, started 09:00:00" in other.stderr
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # other GPUs of the same host: its own lock
+    lock.acquire("on GPU 1").close()
+    held.close()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    lock.acquire("after the first ended").close()

@@ -162,3 +162,21 @@ def test_whatif_arms_run_default_tactics_unless_tuning_is_asked_for(tmp_path):
     assert whatif.tactics_mode([{"argv": ["serve", "--no-enable-flashinfer-autotune"]}], plain) is False
     assert whatif.tactics_mode([{"argv": ["serve"]}], w.arms.candidate) is None  # recorded before the flag existed
     assert whatif.tactics_mode([], w.arms.candidate) is False and whatif.tactics_mode([], t.arms.candidate) is True
+
+
+def test_a_server_inherits_only_what_it_needs_from_the_callers_environment(monkeypatch):
+    """VLLM_API_KEY in the caller's shell made every server demand a key the client never sent
+    (every request 401); a stray secret never reaches a server either."""
+    monkeypatch.setenv("VLLM_API_KEY", "k-123")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s-456")
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    s = load_scenario(H200, backend="torch")
+    env = ServerConfig("candidate", "m", "m", s.server, s.arms.candidate).env()
+    assert "VLLM_API_KEY" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG" and env["OPENBLAS_CORETYPE"] == "Haswell"
+    assert env["PYTHONPATH"] == "/tmp/site" and env["PATH"] and env["NCCL_NVLS_ENABLE"] == "0"
+    monkeypatch.setenv("MY_KEY", "k-789")  # a scenario that asks for a key gets it, by name
+    keyed = load_scenario(H200, backend="torch", overrides=["server.api_key_env=MY_KEY"])
+    assert ServerConfig("candidate", "m", "m", keyed.server, keyed.arms.candidate).env()["VLLM_API_KEY"] == "k-789"

@@ -24,6 +24,7 @@ from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.redaction import env_secrets, redact
 from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
 from vse.server import backends, planted, whatif
+from vse.server.environment import inherited_env
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -118,7 +119,9 @@ class ServerConfig:
         return os.environ[name]
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        """The server's environment: the caller's only as far as inherited_env allows, then the
+        scenario's and the arm's own; an API key only when the scenario names one."""
+        env = inherited_env(os.environ)
         env.update(SAFE_GPU_ENV)
         if self.server.device == Device.CPU:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")

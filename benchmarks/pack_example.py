@@ -203,27 +203,32 @@ def main() -> int:
     if not (a.run / "run.json").is_file():
         print(f"error: {a.run}: not a run directory", file=sys.stderr)
         return 2
-    a.dest.mkdir(parents=True, exist_ok=True)
+    pack(a.run, a.dest, a.baseline_from)
+    print(f"packed {a.run} -> {a.dest} ({(a.dest / 'raw.tar.xz').stat().st_size / 1e6:.1f} MB raw)")
+    return 0
+
+
+def pack(run: Path, dest: Path, baseline_from: Path | None) -> None:
+    """A run as a committed example: its reports' inputs, a server log per arm, the raw data packed."""
+    dest.mkdir(parents=True, exist_ok=True)
     for name in KEEP:
-        if (a.run / name).is_file():
-            shutil.copy(a.run / name, a.dest / name)
-    arms = ["candidate"] if a.baseline_from else ["baseline", "candidate"]
-    if (a.run / "reference").is_dir() and not (a.baseline_from and _same_reference(a.run, a.baseline_from)):
+        if (run / name).is_file():
+            shutil.copy(run / name, dest / name)
+    arms = ["candidate"] if baseline_from else ["baseline", "candidate"]
+    if (run / "reference").is_dir() and not (baseline_from and _same_reference(run, baseline_from)):
         arms.append("reference")  # the agreement reference's scores (fidelity.py)
     for arm in ("baseline", "candidate", "reference"):
-        logs = sorted((a.run / arm).glob("server-*.log"), key=lambda f: int(f.stem.split("-")[1]))
+        logs = sorted((run / arm).glob("server-*.log"), key=lambda f: int(f.stem.split("-")[1]))
         if logs:
-            shutil.copy(logs[0], a.dest / f"{arm}-server.log")
-    with tarfile.open(a.dest / "raw.tar.xz", "w:xz", preset=9) as t:
-        for name, data in raw_members(a.run, arms):
+            shutil.copy(logs[0], dest / f"{arm}-server.log")
+    with tarfile.open(dest / "raw.tar.xz", "w:xz", preset=9) as t:
+        for name, data in raw_members(run, arms):
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
             t.addfile(info, io.BytesIO(data))
-    if a.baseline_from:
-        (a.dest / "baseline-from.json").write_text(json.dumps({"example": a.baseline_from.name}) + "\n")
-    rebuild_reports(a.dest)
-    print(f"packed {a.run} -> {a.dest} ({(a.dest / 'raw.tar.xz').stat().st_size / 1e6:.1f} MB raw)")
-    return 0
+    if baseline_from:
+        (dest / "baseline-from.json").write_text(json.dumps({"example": baseline_from.name}) + "\n")
+    rebuild_reports(dest)
 
 
 if __name__ == "__main__":

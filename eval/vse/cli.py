@@ -8,6 +8,7 @@ preflight refused this configuration on this machine before any server started."
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import shutil
 import signal
@@ -26,7 +27,7 @@ from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_
 from vse.errors import SuiteError, UnsupportedError
 from vse.models import provision
 from vse.rundir import packed
-from vse.rundir.files import read_json, write_json
+from vse.rundir.files import check_room, read_json, run_bytes_estimate, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
@@ -79,6 +80,7 @@ def cmd_compare(args) -> int:
         _error(f"{e} (nothing was measured; no run directory kept)")
         return EXIT_UNSUPPORTED
     accuracy.check_inputs(s.accuracy)
+    check_room(Path(args.reports), run_bytes_estimate(s))
     args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
     provision.ensure_for(s, args.cache, console)
     if run_dir is None:
@@ -91,6 +93,8 @@ def cmd_compare(args) -> int:
             msg = "interrupted; servers stopped"
         elif isinstance(e, SuiteError):
             msg = str(e)
+        elif isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            msg = f"the disk is full, writing {e.filename or run_dir}; what was measured before is kept in {run_dir}"
         else:  # a bug, not bad input: keep the traceback with the run, say one line here
             (run_dir / "error.log").write_text(traceback.format_exc())
             msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
@@ -106,7 +110,10 @@ def cmd_compare(args) -> int:
             console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
         except Exception as rep_err:  # the raw data is what matters; say why no report
             console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
-        record_exit(run_dir, code)
+        try:
+            record_exit(run_dir, code)
+        except OSError as rec_err:  # a full disk: run.json cannot say it, the last line does
+            msg += f" (run.json not updated: {rec_err.strerror})"
         _error(msg)  # the cause is the last line printed
         return code
     code = int(_report(run_dir, args.noise_run))

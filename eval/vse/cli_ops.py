@@ -43,7 +43,10 @@ def ingest_walk(db, paths: list[Path], examples: bool) -> tuple[list[str], int]:
         console.print(line, highlight=False, soft_wrap=True)
         lines.append(line)
 
-    for run, name in _run_dirs(paths, examples, say):
+    for p in [p for p in paths if not p.exists()]:  # a typo is not "nothing to ingest"
+        say(f"refused: {p}: no such file or directory")
+        refused += 1
+    for run, name in _run_dirs([p for p in paths if p.exists()], examples, say):
         try:
             if packed.is_packed(run):  # a committed example: its raw data is packed
                 with tempfile.TemporaryDirectory() as tmp:

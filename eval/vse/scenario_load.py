@@ -60,7 +60,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ScenarioError(f"override {text!r}: expected KEY.PATH=VALUE")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw)
+    try:
+        return key.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ScenarioError(
+            f"override {text!r}: its value is not YAML ({why}); quote the whole override in the shell, "
+            f"e.g. --set '{key.strip()}={{gsm8k: 4}}'"
+        ) from None
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -70,12 +77,33 @@ def _loc(loc: tuple[Any, ...]) -> str:
 def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Sequence[str] = ()) -> Scenario:
     """Load, override and validate a scenario; raise ScenarioError with one line on any problem."""
     path = scenario_path(path)
+    data = _read(path)
+    if backend:
+        _set_backend(path, data, backend)
+    for item in overrides:  # after BACKEND: an explicit --set arms.candidate.label wins
+        key, value = parse_override(item)
+        _set_path(data, key, value)
+    try:
+        data = _expand_env(data)
+    except KeyError as e:
+        raise ScenarioError(f"{path}: environment variable {e.args[0]} is used but not set") from None
+    scenario = _validate(path, data)
+    _check_files(path, scenario)
+    _check_sweep(path, scenario)
+    _check_names(path, scenario)
+    return scenario
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The scenario file as a mapping, or one line naming the file and what is wrong with it."""
     if not path.is_file():
         raise ScenarioError(f"{path}: scenario file not found")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ScenarioError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    if "\x00" in text:
+        raise ScenarioError(f"{path}: a binary file (a NUL byte at offset {text.index(chr(0))}), not a scenario")
     try:
         # Aliases expand without bound ("billion laughs": a 542-byte file took 22 s): a scenario
         # needs few, so more than MAX_ALIASES is refused before anything is expanded.
@@ -89,24 +117,23 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
         raise ScenarioError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: (top level): expected a mapping of settings")
-    if backend:
-        valid = [b.value for b in Backend]
-        if backend not in valid:
-            raise ScenarioError(f"{path}: arms.candidate.backend: BACKEND={backend!r} is not one of {', '.join(valid)}")
-        _set_path(data, "arms.candidate.backend", backend)
-        arms = data.get("arms") or {}
-        cand = arms.get("candidate") if isinstance(arms, dict) else None
-        if isinstance(cand, dict) and backend != "none":
-            cand["label"] = backend
-    for item in overrides:  # after BACKEND: an explicit --set arms.candidate.label wins
-        key, value = parse_override(item)
-        _set_path(data, key, value)
+    return data
+
+
+def _set_backend(path: Path, data: dict[str, Any], backend: str) -> None:
+    valid = [b.value for b in Backend]
+    if backend not in valid:
+        raise ScenarioError(f"{path}: arms.candidate.backend: BACKEND={backend!r} is not one of {', '.join(valid)}")
+    _set_path(data, "arms.candidate.backend", backend)
+    arms = data.get("arms") or {}
+    cand = arms.get("candidate") if isinstance(arms, dict) else None
+    if isinstance(cand, dict) and backend != "none":
+        cand["label"] = backend
+
+
+def _validate(path: Path, data: dict[str, Any]) -> Scenario:
     try:
-        data = _expand_env(data)
-    except KeyError as e:
-        raise ScenarioError(f"{path}: environment variable {e.args[0]} is used but not set") from None
-    try:
-        scenario = Scenario.model_validate(data)
+        return Scenario.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
@@ -115,10 +142,6 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
             msg = "unknown key"
         where = f"{_loc(err['loc'])}: " if err["loc"] else ""
         raise ScenarioError(f"{path}: {where}{msg}{more}") from None
-    _check_files(path, scenario)
-    _check_sweep(path, scenario)
-    _check_names(path, scenario)
-    return scenario
 
 
 def _lm_eval_task_exists(task: str) -> bool:

@@ -325,3 +325,26 @@ def test_a_reused_arm_without_this_scenarios_checks_gets_them_made_up(tmp_path, 
     compare.run_compare(s, run_dir, opts)
     assert calls == [("baseline", "checks"), ("candidate", 0, True), ("candidate", 1, False)]
     assert run_state.checks_saved(run_dir, s, "baseline")
+
+
+def test_no_room_for_the_run_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    import shutil as sh
+    from collections import namedtuple
+
+    import pytest
+
+    from vse.errors import PreflightError
+    from vse.rundir import files
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(sh, "disk_usage", lambda p: usage(10**9, 10**9 - 5_000_000, 5_000_000))
+    with pytest.raises(PreflightError, match=r"5 MB free, a run of this scenario writes up to about 20 MB"):
+        files.check_room(tmp_path, 20_000_000)
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(
+        files.tempfile,
+        "NamedTemporaryFile",
+        lambda **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")),
+    )
+    with pytest.raises(PreflightError, match="ro: cannot write run directories there .Permission denied."):
+        files.check_room(tmp_path / "ro", 1)

@@ -152,3 +152,40 @@ def test_report_on_a_packed_example_writes_nothing(tmp_path):
     r = vse("report", ex)
     assert r.returncode == 2 and "a committed example whose raw data is packed" in r.stderr
     assert {p.name: p.read_bytes() for p in ex.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda r: r.update(send_ns=float("nan")), "line 1 is not a request record .send_ns is nan"),
+        (
+            lambda r: r.update(chunk_ns=[r["send_ns"] - 5, *r["chunk_ns"][1:]]),
+            "line 1 is not a request record .chunk_ns",
+        ),
+    ],
+    ids=["nan", "negative-latency"],
+)
+def test_impossible_values_are_named_with_file_and_line(run, edit, said):
+    """NaN timestamps ended in 'internal error ValueError', negative latencies in 'IndexError'."""
+    path = run / "baseline" / "bench-1.jsonl"
+    recs = [json.loads(x) for x in lines(path)]
+    edit(recs[0])
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    refused(run, f"bench-1.jsonl: {said}")
+
+
+def test_an_unreadable_records_file_is_named(run, monkeypatch):
+    """A permission error ended in 'internal error PermissionError' (root reads every file here,
+    so the denial is made where the file is opened)."""
+    import builtins
+
+    path = run / "candidate" / "bench-0.jsonl"
+    real_open = builtins.open
+
+    def denying_open(file, *a, **k):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", denying_open)
+    refused(run, "candidate/bench-0.jsonl: cannot be read .Permission denied.")

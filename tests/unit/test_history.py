@@ -258,3 +258,11 @@ def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_ag
     rec.write_bytes(rec.read_bytes()[:-200])
     with pytest.raises(DamagedRunError, match="bench-1.jsonl"):
         history.results(run)
+
+
+def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path):
+    r = vse("history", "--db", tmp_path / "h.sqlite", tmp_path / "no-such-run")
+    assert r.returncode == 2 and "no-such-run: no such file or directory" in r.stderr
+    r = vse("history", "--db", tmp_path / "missing" / "h.sqlite", tmp_path)
+    assert r.returncode == 2 and "the folder" in r.stderr and "does not exist" in r.stderr
+    assert not (tmp_path / "missing").exists()

@@ -210,3 +210,12 @@ def test_a_non_utf8_scenario_names_the_file_and_byte(tmp_path):
     bad.write_bytes(b"name: x\xff\n")
     with pytest.raises(ScenarioError, match=r"x.yaml: not UTF-8 text \(byte 0xff at offset 7\)"):
         load_scenario(bad)
+
+
+def test_a_binary_scenario_and_an_unquoted_override_are_named(tmp_path):
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"name: x\n\x00\x01\x02")
+    with pytest.raises(ScenarioError, match=r"b.yaml: a binary file \(a NUL byte at offset 8\)"):
+        load_scenario(binary)
+    with pytest.raises(ScenarioError, match=r"override 'accuracy.limit=\{gsm8k:': its value is not YAML .*quote"):
+        load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["accuracy.limit={gsm8k:"])

@@ -36,31 +36,31 @@ EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED 
 CLIENT_STALL_MS = 150.0
 HEALTH_METRICS = {"output_throughput": 0.02, "tmean_itl_token_ms": 0.03}
 HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
+DISTURBED_Z = 3.5  # robust |z| beyond which a run is far from its siblings
+
+
+def disturbed_rule() -> str:
+    """find_disturbed's rule in words, from its own constants: the summary quotes this, so the
+    text cannot drift from the code."""
+    defs = {m.key: m for m in stats.metric_defs([], False)}
+
+    def name(key: str) -> str:  # "Trimmed mean ITL per token (ms)" -> "trimmed mean ITL per token"
+        label = defs[key].label.split(" (")[0]
+        return label[0].lower() + label[1:]
+
+    far = " or ".join(
+        f"{100 * rel:g}% from the arm's median {name(k)}"
+        + (f" ({name(HEALTH_FALLBACK[k])} where tokens per chunk are unknown)" if k in HEALTH_FALLBACK else "")
+        for k, rel in HEALTH_METRICS.items()
+    )
+    return f"robust z > {DISTURBED_Z:g}, and more than {far}; or a client event-loop stall of {CLIENT_STALL_MS:g} ms or more"
 
 
 def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tuple[dict[str, set[int]], list[dict]]:
     """Runs far from their siblings on a steady metric. Such a run is left out of its start's
     mean when that start has another run (the start still counts), else carried as measured;
     either way it is listed with the server's own view of it."""
-    defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
-    excluded: dict[str, set[int]] = {}
-    listed: list[dict] = []
-    flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}
-    for key, min_rel in HEALTH_METRICS.items():
-        # Each run against its arm's median, the deviations of both arms pooled: the scale of
-        # normal run-to-run noise then comes from every run (a 2-core CPU wobbles by 5%, an H200
-        # by 0.1%), not from the three or four runs of one arm.
-        resid = []
-        if not all(np.isfinite(stats.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):
-            key = HEALTH_FALLBACK.get(key, key)
-        for name, arm in arms.items():
-            vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
-            med = float(np.median(vals)) if vals else float("nan")
-            if np.isfinite(med) and med > 0:  # an arm whose every request failed has nothing to compare
-                resid += [(name, i, v, med) for i, v in enumerate(vals)]
-        for j in stats.disturbed_runs([v / med for _, _, v, med in resid], min_rel=min_rel):
-            name, i, v, med = resid[j]
-            flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")
+    flags = _far_runs(arms, percentiles)
     for name, arm in arms.items():  # the client itself stalled: its timestamps are late, not the server
         for i, lag in enumerate(arm.loop_lag_ms):
             if (worst := lag.get("max", 0.0)) >= CLIENT_STALL_MS:
@@ -68,41 +68,65 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
                     f"disturbed by the client: its event loop stalled {worst:,.0f} ms "
                     f"(p99 {lag.get('p99', 0.0):,.1f} ms)"
                 )
+    excluded: dict[str, set[int]] = {}
+    listed: list[dict] = []
     for name, arm in arms.items():
-        flagged = flags[name]
-        keep = set(range(len(arm.repeat_data))) - set(flagged)
-        for i, why in sorted(flagged.items()):
+        keep = set(range(len(arm.repeat_data))) - set(flags[name])
+        for i, why in sorted(flags[name].items()):
             start = arm.repeat_data[i].start
             siblings = any(arm.repeat_data[j].start == start for j in keep)
             if siblings:
                 excluded.setdefault(name, set()).add(i)
             dlt = arm.server_deltas[i] or {}
-            listed.append(
-                {
-                    "arm": name,
-                    "run": i + 1,
-                    "server_start": start,
-                    "why": "; ".join(why),
-                    "action": "excluded from its start's mean" if siblings else "carried (only run of its start)",
-                    "server_mean_ttft_ms": dlt.get("server_mean_ttft_ms"),
-                    "server_requests": dlt.get("vllm:request_success_total"),
-                }
-            )
-        for i, t in enumerate(arm.telemetry):
-            if t.slowdowns:  # listed, not excluded: heat is not the kernel's doing, but hiding it is worse
-                share = max(t.share(r) for r in t.slowdowns)
-                listed.append(
-                    {
-                        "arm": name,
-                        "run": i + 1,
-                        "server_start": arm.repeat_data[i].start,
-                        "why": f"GPU slowdown ({', '.join(t.slowdowns)}) in up to {share:.0%} of busy samples",
-                        "action": "carried (GPU slowdown flagged)",
-                        "server_mean_ttft_ms": None,
-                        "server_requests": None,
-                    }
-                )
+            action = "excluded from its start's mean" if siblings else "carried (only run of its start)"
+            listed.append(_listed(name, i, start, "; ".join(why), action, dlt))
+        listed += _gpu_slowdowns(name, arm)
     return excluded, listed
+
+
+def _far_runs(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> dict[str, dict[int, list[str]]]:
+    """Per arm, the runs far from the arm's median on a health metric, with why. Each run is set
+    against its arm's median and the deviations of both arms pooled: the scale of normal run-to-run
+    noise then comes from every run (a 2-core CPU wobbles by 5%, an H200 by 0.1%), not from the three
+    or four runs of one arm."""
+    defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
+    flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}
+    for key, min_rel in HEALTH_METRICS.items():
+        if not all(np.isfinite(stats.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):
+            key = HEALTH_FALLBACK.get(key, key)
+        resid = []
+        for name, arm in arms.items():
+            vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
+            med = float(np.median(vals)) if vals else float("nan")
+            if np.isfinite(med) and med > 0:  # an arm whose every request failed has nothing to compare
+                resid += [(name, i, v, med) for i, v in enumerate(vals)]
+        for j in stats.disturbed_runs([v / med for _, _, v, med in resid], z_limit=DISTURBED_Z, min_rel=min_rel):
+            name, i, v, med = resid[j]
+            flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")
+    return flags
+
+
+def _gpu_slowdowns(name: str, arm: ArmAnalysis) -> list[dict]:
+    """Listed, not excluded: heat is not the kernel's doing, but hiding it is worse."""
+    out = []
+    for i, t in enumerate(arm.telemetry):
+        if t.slowdowns:
+            share = max(t.share(r) for r in t.slowdowns)
+            why = f"GPU slowdown ({', '.join(t.slowdowns)}) in up to {share:.0%} of busy samples"
+            out.append(_listed(name, i, arm.repeat_data[i].start, why, "carried (GPU slowdown flagged)", {}))
+    return out
+
+
+def _listed(arm: str, i: int, start: int, why: str, action: str, delta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "arm": arm,
+        "run": i + 1,
+        "server_start": start,
+        "why": why,
+        "action": action,
+        "server_mean_ttft_ms": delta.get("server_mean_ttft_ms"),
+        "server_requests": delta.get("vllm:request_success_total"),
+    }
 
 
 def look_of(s: Scenario, arms: dict[str, ArmAnalysis]) -> int:

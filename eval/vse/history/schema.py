@@ -104,7 +104,9 @@ def url_of(db: str | Path) -> str:
     text = str(db)
     if "://" in text:
         return text.replace("postgresql://", "postgresql+psycopg://", 1) if text.startswith("postgresql://") else text
-    Path(text).parent.mkdir(parents=True, exist_ok=True)
+    parent = Path(text).parent
+    if not parent.is_dir():  # a typo in a path would otherwise grow folders where none should be
+        raise HistoryError(f"--db {text}: the folder {parent} does not exist")
     return f"sqlite:///{text}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
+from vse.analysis.verdict import disturbed_rule
 from vse.report import gemm, sweep, telemetry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
@@ -160,8 +161,29 @@ def _arm_title(arm: ArmAnalysis, role: str) -> str:
 
 
 def render(a: Analysis) -> str:
+    sections = (
+        _header,
+        _result_blocks,
+        _accuracy,
+        _comparison,
+        _disturbed,
+        _noise_floor,
+        _agreement,
+        _fidelity,
+        _gates,
+        _servers,
+        _health,
+        _tail,
+    )
+    return "\n".join(line for section in sections for line in section(a))
+
+
+def _arms(a: Analysis) -> tuple[ArmAnalysis | None, ArmAnalysis | None]:
+    return a.arms.get("baseline"), a.arms.get("candidate")
+
+
+def _header(a: Analysis) -> list[str]:
     s = a.scenario
-    b, c = a.arms.get("baseline"), a.arms.get("candidate")
     L = [
         f"# {s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label}",
         "",
@@ -173,106 +195,146 @@ def render(a: Analysis) -> str:
     ]
     if s.model.weights_are_random:
         L.append(f"- **Weights are random ({s.model.random_weights_kind})**: {s.model.random_weights_note}")
-    for note in a.notes:
-        L.append(f"- Note: {note}")
+    L += [f"- Note: {note}" for note in a.notes]
     if a.sweep:
         L += [""] + sweep.markdown_lines(a)
-    L.append("")
-    for arm, role in ((b, "old"), (c, "new")):
+    return L + [""]
+
+
+def _result_blocks(a: Analysis) -> list[str]:
+    L: list[str] = []
+    for arm, role in zip(_arms(a), ("old", "new")):
         if arm and arm.block:
             L += [f"## {_arm_title(arm, role)}", "", "```", arm.block, "```", ""]
-    if any(arm and arm.accuracy for arm in (b, c)):
-        L += ["## Accuracy (lm-eval)", ""]
-        for arm, role in ((b, "old"), (c, "new")):
-            if arm and arm.accuracy:
-                L += [f"### {_arm_title(arm, role)}", "", arm.accuracy.table.strip(), ""]
-    if a.comparison:
-        L += [
-            "## Comparison",
-            "",
-            comparison_table(a.comparison, f"{b.label}", f"{c.label}", gated_roles(a)),
-            "",
-            design_text(a),
-            "",
-        ]
-    if a.disturbed:
-        L += [
-            "## Disturbed runs",
-            "",
-            "Runs far from their siblings (robust z > 3.5, and more than 2% from the arm's "
-            "median output throughput or 3% from its median TPOT). None is dropped silently: each is listed with "
-            "the server's own view of it.",
-            "",
-            "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | Server requests |",
-            "|---|---:|---:|---|---|---:|---:|",
-        ]
-        L += [
+    return L
+
+
+def _accuracy(a: Analysis) -> list[str]:
+    if not any(arm and arm.accuracy for arm in _arms(a)):
+        return []
+    L = ["## Accuracy (lm-eval)", ""]
+    for arm, role in zip(_arms(a), ("old", "new")):
+        if arm and arm.accuracy:
+            L += [f"### {_arm_title(arm, role)}", "", arm.accuracy.table.strip(), ""]
+    return L
+
+
+def _comparison(a: Analysis) -> list[str]:
+    if not a.comparison:
+        return []
+    b, c = _arms(a)
+    return [
+        "## Comparison",
+        "",
+        comparison_table(a.comparison, f"{b.label if b else ''}", f"{c.label if c else ''}", gated_roles(a)),
+        "",
+        design_text(a),
+        "",
+    ]
+
+
+def _disturbed(a: Analysis) -> list[str]:
+    if not a.disturbed:
+        return []
+    return [
+        "## Disturbed runs",
+        "",
+        f"Runs far from their siblings ({disturbed_rule()}). None is dropped silently: each is listed with "
+        "the server's own view of it.",
+        "",
+        "| Arm | Run | Server start | Why | Action | Server mean TTFT (ms) | Server requests |",
+        "|---|---:|---:|---|---|---:|---:|",
+        *(
             f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
             f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |"
             for d in a.disturbed
-        ]
-        L.append("")
-    if a.noise_floor:
-        L += [
-            "## Noise floor (A/A: the baseline against itself)",
-            "",
-            comparison_table(a.noise_floor, "A", "A again"),
-            "",
-        ]
-    if a.agreement:
-        g = a.agreement
-        if g.get("prompts"):
-            lp = g["abs_logprob_diff"]
-            L += [
-                "## Output agreement (greedy, same prompts)",
-                "",
-                f"- Exact match of whole outputs: {g['exact_match_rate']:.0%} of {g['prompts']} prompts",
-                f"- Diverged: {g['diverged']}; mean first divergence at token "
-                f"{num(g['mean_first_divergence']) if g['mean_first_divergence'] is not None else 'n/a'}",
-                f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
-                f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}",
-            ]
-            if g.get("degenerate"):
-                L.append(f"- **Not informative**: {g['degenerate']}")
-            if a.agreement_self and a.agreement_self.get("prompts"):
-                sl = a.agreement_self["abs_logprob_diff"]
-                L.append(
-                    f"- Self-agreement (baseline, the same prompts again on its server): exact match "
-                    f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}"
-                )
-            L.append("")
-    if a.fidelity and a.fidelity.get("candidate_sq_distance") is not None:
-        f, ref = a.fidelity, a.scenario.agreement.reference
-        L += [
-            f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)",
-            "",
-            f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
-            f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}"
-            + (
-                f"; ratio (geometric mean over texts of candidate/baseline) {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
-                if "ratio" in f
-                else f". Not informative: {f.get('degenerate')}."
-            ),
-            "",
-        ]
-    if a.gates:
-        L += ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|"]
-        L += [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
-        L.append("")
-    L += [
+        ),
+        "",
+    ]
+
+
+def _noise_floor(a: Analysis) -> list[str]:
+    if not a.noise_floor:
+        return []
+    return [
+        "## Noise floor (A/A: the baseline against itself)",
+        "",
+        comparison_table(a.noise_floor, "A", "A again"),
+        "",
+    ]
+
+
+def _agreement(a: Analysis) -> list[str]:
+    g = a.agreement
+    if not g or not g.get("prompts"):
+        return []
+    lp = g["abs_logprob_diff"]
+    first = num(g["mean_first_divergence"]) if g["mean_first_divergence"] is not None else "n/a"
+    L = [
+        "## Output agreement (greedy, same prompts)",
+        "",
+        f"- Exact match of whole outputs: {g['exact_match_rate']:.0%} of {g['prompts']} prompts",
+        f"- Diverged: {g['diverged']}; mean first divergence at token {first}",
+        f"- |logprob difference| of chosen tokens before divergence ({g['tokens_compared']} tokens): "
+        f"mean {lp['mean']:.4f}, median {lp['median']:.4f}, p99 {lp['p99']:.4f}, max {lp['max']:.4f}",
+    ]
+    if g.get("degenerate"):
+        L.append(f"- **Not informative**: {g['degenerate']}")
+    if a.agreement_self and a.agreement_self.get("prompts"):
+        sl = a.agreement_self["abs_logprob_diff"]
+        L.append(
+            f"- Self-agreement (baseline, the same prompts again on its server): exact match "
+            f"{a.agreement_self['exact_match_rate']:.0%}, mean |logprob difference| {sl['mean']:.4f}"
+        )
+    return L + [""]
+
+
+def _fidelity(a: Analysis) -> list[str]:
+    f = a.fidelity
+    if not f or f.get("candidate_sq_distance") is None:
+        return []
+    ref = a.scenario.agreement.reference
+    assert ref is not None  # fidelity is scored against the scenario's reference
+    ratio = (
+        f"; ratio (geometric mean over texts of candidate/baseline) {f['ratio']:.3f} [{f['ratio_low']:.3f}, {f['ratio_high']:.3f}] ({f['confidence']:.0%})."
+        if "ratio" in f
+        else f". Not informative: {f.get('degenerate')}."
+    )
+    return [
+        f"## Fidelity to the reference ({ref.label}, backend {ref.backend.value}: scored once, teacher-forced)",
+        "",
+        f"Mean squared top-k logprob distance to the reference over {f['texts']} texts ({f['positions']} "
+        f"positions): baseline {f['baseline_sq_distance']:.3g}, candidate {f['candidate_sq_distance']:.3g}" + ratio,
+        "",
+    ]
+
+
+def _gates(a: Analysis) -> list[str]:
+    if not a.gates:
+        return []
+    rows = [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
+    return ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|", *rows, ""]
+
+
+def _servers(a: Analysis) -> list[str]:
+    L = [
         "## Servers",
         "",
         "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
         "|---|---|---|---:|---|---|",
     ]
-    for arm in (b, c):
+    for arm in _arms(a):
         for sv in arm.servers if arm else []:
             L.append(
                 f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
                 f"{checks_only_text(sv)} | {sv['requested_backend']} | "
                 f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |"
             )
-    L += [
+    return L
+
+
+def _health(a: Analysis) -> list[str]:
+    L = [
         "",
         "## Measurement health",
         "",
@@ -280,9 +342,7 @@ def render(a: Analysis) -> str:
         "Chunks per token | Event-loop lag p99 / max (ms) |",
         "|---|---:|---:|---:|---|---:|---|",
     ]
-    for arm in (b, c):
-        if not arm:
-            continue
+    for arm in (x for x in _arms(a) if x):
         for k, (m, dlt, lag) in enumerate(zip(arm.repeats, arm.server_deltas, arm.loop_lag_ms)):
             dlt = dlt or {}
             srv_n = dlt.get("vllm:request_success_total")
@@ -291,10 +351,13 @@ def render(a: Analysis) -> str:
                 f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                 f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
             )
-    L += [""] + telemetry.markdown_lines(a)
+    return L + [""] + telemetry.markdown_lines(a)
+
+
+def _tail(a: Analysis) -> list[str]:
+    L: list[str] = []
     if a.gemm:
-        L += gemm.compare_section(a.gemm, s.server.max_num_seqs, a.gemm_source)
+        L += gemm.compare_section(a.gemm, a.scenario.server.max_num_seqs, a.gemm_source)
         L += gemm.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
     gemm_arg = f" GEMM={a.gemm_source}" if a.gemm and a.gemm_source != "same run" else ""
-    L += [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]
-    return "\n".join(L)
+    return L + [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -169,3 +170,31 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
         text = _cmd([py, "-c", _VERSIONS_PY], timeout=120) if py else None
         env["arms"][arm] = json.loads(text.splitlines()[-1]) if text else {}
     return env
+
+
+def run_bytes_estimate(s) -> int:
+    """What a run of this scenario writes, at most, give or take: per request about 17 bytes per
+    output token in its records (a clock reading and a count per chunk) and 300 besides, for every
+    run of every start the plan allows, both arms; the reports and logs on top."""
+    w, r = s.workload, s.run
+    starts = max(r.server_starts, r.max_server_starts or 0)
+    per_request = w.dataset.output_len * 17 + 300
+    return int(2 * starts * w.repeats * (w.num_prompts + w.warmup_requests) * per_request * 1.2) + 20_000_000
+
+
+def check_room(root: Path, need: int) -> None:
+    """The reports folder can be written and has room for the run, checked before anything starts
+    (a disk that filled up mid-run cut a server log short and left run.json at running)."""
+    from vse.errors import PreflightError
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".vse-write-check-"):
+            pass
+    except OSError as e:
+        raise PreflightError(f"{root}: cannot write run directories there ({e.strerror})") from None
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise PreflightError(
+            f"{root}: {free / 1e6:,.0f} MB free, a run of this scenario writes up to about {need / 1e6:,.0f} MB"
+        )

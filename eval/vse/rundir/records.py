@@ -108,13 +108,38 @@ def read_jsonl(path: Path) -> list[RequestRecord]:
     from vse.errors import DamagedRunError
 
     out = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    out.append(RequestRecord(**json.loads(line)))
-                except (ValueError, TypeError) as e:
-                    raise DamagedRunError(
-                        f"{path}: line {n} is not a request record ({str(e)[:120]}); the run directory is damaged"
-                    ) from None
+    try:
+        with open(path, encoding="utf-8", errors="strict") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        out.append(_checked(RequestRecord(**json.loads(line))))
+                    except (ValueError, TypeError) as e:
+                        raise DamagedRunError(
+                            f"{path}: line {n} is not a request record ({str(e)[:120]}); the run directory is damaged"
+                        ) from None
+    except OSError as e:
+        raise DamagedRunError(f"{path}: cannot be read ({e.strerror}); the run directory is damaged") from None
+    except UnicodeDecodeError as e:
+        raise DamagedRunError(f"{path}: not UTF-8 text (at byte {e.start}); the run directory is damaged") from None
     return out
+
+
+_TIMES = ("scheduled_ns", "send_ns", "headers_ns", "end_ns")
+
+
+def _checked(r: RequestRecord) -> RequestRecord:
+    """A record's clock readings are whole, non-negative nanoseconds, its chunks in arrival order
+    after the send: anything else (NaN, a negative latency, an edit) cannot have been measured."""
+    for name in _TIMES:
+        v = getattr(r, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} is {v!r}, not a clock reading")
+    c = r.chunk_ns
+    if any(not isinstance(t, int) or isinstance(t, bool) for t in c):
+        raise ValueError("chunk_ns holds a value that is not a clock reading")
+    if c and (c[0] < r.send_ns or any(b < a for a, b in zip(c, c[1:]))):
+        raise ValueError("chunk_ns is not in arrival order after the send (a negative latency)")
+    if len(r.chunk_tokens) not in (0, len(c)) or any(not isinstance(t, int) or t < 0 for t in r.chunk_tokens):
+        raise ValueError("chunk_tokens does not match chunk_ns")
+    return r

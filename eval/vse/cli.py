@@ -8,163 +8,28 @@ preflight refused this configuration on this machine before any server started."
 from __future__ import annotations
 
 import argparse
-import errno
 import shlex
-import shutil
 import signal
 import sys
-import time
 import traceback
-import warnings
 from pathlib import Path
 
-from rich.console import Console
-
-from vse import __version__, report
-from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
-from vse.checks import accuracy
-from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend
+from vse import __version__
+from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED
+from vse.cli_compare import cmd_compare, report_run
+from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
 from vse.errors import SuiteError, UnsupportedError
-from vse.models import provision
 from vse.rundir import packed
-from vse.rundir.files import check_room, read_json, run_bytes_estimate, write_json
+from vse.rundir.files import write_json
 from vse.rundir.layout import RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
-from vse.server import lock as device_lock
-from vse.server import preflight
 from vse.server import process as server
-
-console = Console(stderr=True, soft_wrap=True)  # off a terminal too, a line stays one line
 
 
 def _sigterm(signum, frame):
     # Turn SIGTERM into the same path as Ctrl-C, so finally-blocks stop every server.
     raise KeyboardInterrupt
-
-
-def _report(run_dir: Path, noise_run: Path | None, gemm: Path | None = None, vllm_detailed: bool = False) -> int:
-    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed)
-    print(RunDir(run_dir).summary.read_text())
-    console.print(
-        f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "
-        f"(exit {a.exit_code})",
-        highlight=False,
-    )
-    return a.exit_code
-
-
-def cmd_compare(args) -> int:
-    from vse.compare import CompareOptions, run_compare, start_run
-
-    reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
-    opts = CompareOptions(
-        reports_root=Path(args.reports),
-        cache=args.cache,
-        aa=args.aa,
-        reuse=reuse,
-        console=console,
-        resume=bool(args.resume),
-    )
-    if args.noise_run is not None and not RunDir(args.noise_run).run_json.is_file():
-        raise SuiteError(f"NOISE_RUN={args.noise_run}: not a run directory (no run.json); nothing was started")
-    if args.resume:
-        s, run_dir = resumed(Path(args.resume), args)
-    else:
-        s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
-        run_dir = None
-    # What can be refused in seconds is refused before the setup (minutes, downloads) and any server start.
-    try:
-        preflight.run(s)
-    except UnsupportedError as e:
-        _error(f"{e} (nothing was measured; no run directory kept)")
-        return EXIT_UNSUPPORTED
-    accuracy.check_inputs(s.accuracy)
-    check_room(Path(args.reports), run_bytes_estimate(s))
-    args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
-    provision.ensure_for(s, args.cache, console)
-    if run_dir is None:
-        s, run_dir = start_run(s, opts)
-    try:
-        run_compare(s, run_dir, opts)
-    except (Exception, KeyboardInterrupt) as e:
-        server.stop_all(keep=getattr(args, "keep_servers", set()))
-        if isinstance(e, KeyboardInterrupt):
-            msg = "interrupted; servers stopped"
-        elif isinstance(e, SuiteError):
-            msg = str(e)
-        elif isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            msg = f"the disk is full, writing {e.filename or run_dir}; what was measured before is kept in {run_dir}"
-        else:  # a bug, not bad input: keep the traceback with the run, say one line here
-            (run_dir / "error.log").write_text(traceback.format_exc())
-            msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
-        if isinstance(e, UnsupportedError) and not measured(run_dir):  # a refusal before anything ran
-            shutil.rmtree(run_dir, ignore_errors=True)
-            _error(f"{msg} (nothing was measured; no run directory kept)")
-            return EXIT_UNSUPPORTED
-        code: int = EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
-        try:  # what was measured so far stays readable
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # plotting an incomplete run warns about empty plots: not the cause
-                report.build(run_dir, noise_run=args.noise_run)
-            console.print(f"incomplete report: {run_dir}/summary.md", highlight=False)
-        except Exception as rep_err:  # the raw data is what matters; say why no report
-            console.print(f"no report could be built from {run_dir}: {rep_err}", highlight=False)
-        try:
-            record_exit(run_dir, code)
-        except OSError as rec_err:  # a full disk: run.json cannot say it, the last line does
-            msg += f" (run.json not updated: {rec_err.strerror})"
-        _error(msg)  # the cause is the last line printed
-        return code
-    code = int(_report(run_dir, args.noise_run))
-    record_exit(run_dir, code)
-    return code
-
-
-def _error(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
-
-
-def measured(run_dir: Path) -> bool:
-    return any(arm.record_files() or any(arm.accuracy.glob("*")) for arm in RunDir(run_dir).arm_dirs())
-
-
-def record_exit(run_dir: Path, code: int) -> None:
-    """run.json says how the run ended for CI: the exit code beside its status."""
-    path = RunDir(run_dir).run_json
-    if path.is_file():
-        write_json(path, {**read_json(path), "exit_code": int(code)})
-
-
-def _run_sets(args) -> list[str]:
-    return (
-        ([f"run.max_server_starts={args.max_starts}"] if args.max_starts else [])
-        + ([f"run.budget_s={args.budget}"] if args.budget else [])
-        + _sweep_set(args.sweep)
-    )
-
-
-def _sweep_set(text: str) -> list[str]:
-    """SWEEP=max_concurrency=1,8,32 as the scenario override run.sweep={key: ..., values: [...]}."""
-    if not text:
-        return []
-    key, sep, values = text.partition("=")
-    if not sep or not values:
-        raise SuiteError(f"SWEEP={text!r}: give KEY=V1,V2,... (e.g. max_concurrency=1,8,32)")
-    return [f"run.sweep={{key: {key.strip()}, values: [{values}]}}"]
-
-
-def resumed(run_dir: Path, args) -> tuple:
-    """A finished run's scenario, to add server starts to it; only the time budget may change
-    (the planned looks fix how alpha is spent)."""
-    if not RunDir(run_dir).run_json.is_file():
-        raise SuiteError(f"RESUME={run_dir}: not a run directory (no run.json)")
-    if args.set or args.backend or args.aa or args.base_run or args.cand_run or args.max_starts or args.sweep:
-        raise SuiteError("RESUME: only BUDGET may be given with it; the rest comes from the run directory")
-    s = load_scenario_from_run(run_dir)
-    if args.budget:
-        s = s.model_copy(update={"run": s.run.model_copy(update={"budget_s": float(args.budget)})})
-    return s, run_dir
 
 
 def cmd_report(args) -> int:
@@ -178,14 +43,13 @@ def cmd_report(args) -> int:
         )
     if args.gemm is not None and not args.gemm.is_file():
         raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
-    return _report(run, args.noise_run, args.gemm, args.vllm_detailed)
+    return report_run(run, args.noise_run, args.gemm, args.vllm_detailed)
 
 
 def cmd_bench(args) -> int:
     """Benchmark an already-running server by URL (external mode); nothing is started."""
     from vse.loadgen.benchmark import run_repeat
     from vse.loadgen.datasets import build_prompts, save_prompts
-    from vse.rundir.files import write_json
     from vse.rundir.rawdata import repeat_metrics
     from vse.stats import metrics
 

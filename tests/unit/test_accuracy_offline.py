@@ -93,3 +93,40 @@ def test_a_task_only_the_hub_has_is_listed_as_such(tmp_path):
     assert accuracy.hub_tasks(spec) == ["mmlu"]
     argv = accuracy.lm_eval_argv(spec, "http://127.0.0.1:8000", "m", tmp_path, None)
     assert "base_url=http://127.0.0.1:8000/v1/completions" in argv[argv.index("--model_args") + 1]
+
+
+def test_a_server_that_stops_answering_during_lm_eval_ends_as_a_hang_after_one_timeout(tmp_path, monkeypatch):
+    """A hang used to wait timeout_s x (1 + max_retries), about 40 minutes, then say TimeoutError.
+    Here a /health that answers once and then never again; lm-eval stands in as a sleep."""
+    import http.server
+    import subprocess
+    import threading
+    import time
+
+    answered = threading.Event()
+
+    class Once(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if answered.is_set():
+                time.sleep(30)  # hung: accepts, never answers
+                return
+            answered.set()
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Once)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setattr(accuracy, "HEALTH_EVERY_S", 0.5)
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    t = time.monotonic()
+    try:
+        with pytest.raises(accuracy.AccuracyError, match=r"stopped answering during accuracy .lm-eval.*a hang"):
+            accuracy._wait(proc, None, f"http://127.0.0.1:{srv.server_address[1]}", 3.0, tmp_path / "log")
+    finally:
+        proc.kill()
+        srv.shutdown()
+    assert time.monotonic() - t < 15

@@ -208,3 +208,26 @@ def test_ci_step_keeps_the_exit_code_without_an_agent(tmp_path):
     )
     assert r.returncode == 7 and "boom" in r.stdout and "no buildkite-agent on PATH" in r.stderr
     assert os.access(ROOT / "bin" / "ci-step", os.X_OK)
+
+
+def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
+    (step,) = yaml.safe_load((ROOT / ".buildkite" / "release.yml").read_text())["steps"]
+    code, out, _ = agent(as_agent_runs_it(step["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
+    assert code == 0, out[-2000:]
+    assert "pipeline upload" in (agent.work.parent / "agent.log").read_text()
+
+
+def test_a_release_entry_on_an_agent_without_a_gpu_is_refused_and_leaves_its_result(agent, monkeypatch):
+    """An entry step (the dynamic pipeline's) with a candidate wheel named: the wheel's folder is
+    this build's own; the entry is refused in seconds and still leaves entry-N.json for the index."""
+    from vse import qualify
+
+    monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
+    entry = qualify.pipeline(qualify.load_suite("release"))["steps"][0]
+    assert "/tmp/vllm-candidate-$$BUILDKITE_BUILD_ID" in entry["command"]
+    code, out, notes = agent(as_agent_runs_it(entry["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
+    assert code == 4, out[-2000:]
+    result = json.loads((agent.work / "reports" / "qualify" / "entry-1.json").read_text())
+    assert result["exit_code"] == 4 and result["outcome"].startswith("UNSUPPORTED")
+    ((call, _),) = notes
+    assert "--style warning" in call and "--context release-1" in call

@@ -17,6 +17,8 @@ import random
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,41 @@ def _err_line(log: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+HEALTH_EVERY_S = 5.0
+
+
+def _wait(proc: subprocess.Popen, deadline_s: float | None, base_url: str, hang_s: float, log_path: Path) -> None:
+    """lm-eval's end, watching the server meanwhile: a server that stops answering /health for one
+    request timeout is a hang, said as such (lm-eval itself would wait the timeout out once per
+    retry, about 40 minutes by default, and then say TimeoutError)."""
+    start = last_ok = time.monotonic()
+    answered = False  # a server that never answered is lm-eval's to report (a refused connection)
+    while True:
+        try:
+            proc.wait(timeout=HEALTH_EVERY_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if deadline_s is not None and now - start > deadline_s:
+            raise AccuracyError(f"lm-eval did not finish in {deadline_s:.0f} s (log: {log_path})")
+        if _healthy(base_url):
+            last_ok, answered = now, True
+        elif answered and now - last_ok > hang_s:
+            raise AccuracyError(
+                f"the server stopped answering during accuracy (lm-eval): no /health answer for "
+                f"{now - last_ok:.0f} s (accuracy.timeout_s {hang_s:.0f}): a hang (log: {log_path})"
+            )
+
+
+def _healthy(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/health", timeout=HEALTH_EVERY_S) as r:
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
 def run(
     spec: AccuracySpec,
     base_url: str,
@@ -228,11 +265,7 @@ def run(
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            proc.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise AccuracyError(f"lm-eval did not finish in {deadline_s:.0f} s (log: {log_path})") from None
+            _wait(proc, deadline_s, base_url, spec.timeout_s, log_path)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -49,13 +49,21 @@ def mean_run_s(run_dir: Path, arm: str) -> float:
     return sum((m.get("ended_ns", 0) - m.get("started_ns", 0)) / 1e9 for m in metas) / len(metas) if metas else 0.0
 
 
+REUSE_VAR = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}  # as the Makefile spells them
+
+
+def check_reuse_source(arm: str, src_run: Path) -> None:
+    """Another run's arm to reuse is there and finished: checked before a run directory exists."""
+    if not RunDir(src_run).arm(arm).servers.is_file():
+        raise SuiteError(f"{REUSE_VAR[arm]}={src_run}: no finished {arm} arm there; nothing was started")
+
+
 def check_reusable(s: Scenario, arm: str, src_run: Path, prompts_for: Callable[[int], list[Prompt]]) -> None:
     """Refuses, before any server starts, another run's arm that would not be comparable."""
     run = RunDir(src_run)
     src = run.arm(arm)
-    var = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}[arm]  # as the Makefile spells it
-    if not src.servers.is_file():
-        raise SuiteError(f"{var}={src_run}: no finished {arm} arm there")
+    var = REUSE_VAR[arm]
+    check_reuse_source(arm, src_run)
     ks = sorted(src.metas())
     if not ks or any(not run.prompts(k).is_file() or load_prompts(run.prompts(k)) != prompts_for(k) for k in ks):
         raise SuiteError(f"{var}={src_run}: its prompts differ from this scenario's; the arms would not be comparable")

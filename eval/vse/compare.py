@@ -71,7 +71,7 @@ class Orchestrator(ArmChecks):
             candidate=s.arms.candidate.label,
             weights_random=s.model.weights_are_random,
         )
-        self.model: models.ResolvedModel | None = None
+        self.model: models.ResolvedModel  # set by prepare() (a resumed run: execute()) before any use
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
         self.server_count = 0  # the next server start's number: execute() sets it once the run's arms are in place
@@ -204,7 +204,7 @@ class Orchestrator(ArmChecks):
     ) -> None:
         w = self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
         out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
-        where = "" if point is None else f" at {self.s.run.sweep.label(point)}"
+        where = "" if point is None else f" at {sweep.point_label(self.s, point)}"
         prompts = self.prompts_for(k)
         # Warm up once per server start: its first requests are the slow ones (seen on the H200:
         # the first run after a start had 3x the TTFT of later runs).

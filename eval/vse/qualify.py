@@ -13,6 +13,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -168,7 +169,7 @@ def _read_result(path: Path) -> dict | None:
 
 
 def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, out: Path) -> dict:
-    r = {
+    r: dict[str, Any] = {
         "scenario": e.scenario,
         "backend": e.backend,
         "set": e.set,
@@ -180,7 +181,7 @@ def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, ou
         "gates": [],
     }
     res = RunDir(run_dir).results if run_dir else None
-    if res and res.is_file():
+    if run_dir and res and res.is_file():
         data = json.loads(res.read_text())
         r["gates"] = [{"name": g["name"], "outcome": g["outcome"]} for g in data.get("gates", [])]
         summary = RunDir(run_dir).summary

@@ -14,13 +14,23 @@ from vse.redaction import redact, secret_values
 from vse.rundir import seal
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
-from vse.scenario import AccuracySpec, AgreementSpec, Scenario, dump
+from vse.scenario import AccuracySpec, AgreementSpec, Scenario, SweepSpec, dump
 
 ARMS = ("baseline", "candidate")
 
 
+def _spec(s: Scenario) -> SweepSpec:
+    if s.run.sweep is None:
+        raise ValueError(f"{s.name}: not a sweep (run.sweep is not set)")
+    return s.run.sweep
+
+
+def point_label(s: Scenario, v: float) -> str:
+    return _spec(s).label(v)
+
+
 def point_dir(run_dir: Path, s: Scenario, v: float) -> Path:
-    return RunDir(run_dir).sweep_point(s.run.sweep.label(v).replace("=", "-"))
+    return RunDir(run_dir).sweep_point(_spec(s).label(v).replace("=", "-"))
 
 
 def point_dirs(run_dir: Path, s: Scenario) -> list[tuple[str, Path]]:
@@ -33,11 +43,11 @@ def point_dirs(run_dir: Path, s: Scenario) -> list[tuple[str, Path]]:
 def point_scenario(s: Scenario, v: float) -> Scenario:
     """The scenario as one point measures it: the swept workload setting, no further sweep, and
     neither accuracy nor agreement (properties of the server, checked once at the run's own point)."""
-    key = s.run.sweep.key
+    key = _spec(s).key
     w = s.workload.model_copy(update={key: int(v) if key == "max_concurrency" else float(v)})
     return s.model_copy(
         update={
-            "name": f"{s.name} @ {s.run.sweep.label(v)}",
+            "name": f"{s.name} @ {_spec(s).label(v)}",
             "workload": w,
             "accuracy": AccuracySpec(enabled=False),
             "agreement": AgreementSpec(enabled=False),

@@ -185,7 +185,7 @@ def _arm_kinds(s: Scenario, arms: dict[str, ArmAnalysis]) -> list[str]:
 def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     out = []
     for a in arms.values():
-        cpt = [m.get("chunks_per_token") for m in a.repeats if m.get("chunks_per_token")]
+        cpt = [float(m["chunks_per_token"]) for m in a.repeats if m.get("chunks_per_token")]
         if cpt and min(cpt) < 0.9:
             out.append(
                 f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
@@ -197,11 +197,12 @@ def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
 
 
 def _agreements(arms: dict[str, ArmAnalysis]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    agree = self_agree = None
-    if all(n in arms and arms[n].agreement for n in ARMS):
-        agree = agreement.compare(arms["baseline"].agreement, arms["candidate"].agreement)
-    if "baseline" in arms and arms["baseline"].agreement and arms["baseline"].agreement_self:
-        self_agree = agreement.compare(arms["baseline"].agreement, arms["baseline"].agreement_self)
+    base, cand = arms.get("baseline"), arms.get("candidate")
+    b_out = base.agreement if base else None
+    c_out = cand.agreement if cand else None
+    again = base.agreement_self if base else None
+    agree = agreement.compare(b_out, c_out) if b_out and c_out else None
+    self_agree = agreement.compare(b_out, again) if b_out and again else None
     return agree, self_agree
 
 
@@ -257,10 +258,10 @@ def _sweep_points(
 
 def _predict(a: Analysis, gemm_file: Path | None) -> None:
     """The kernels-only prediction beside the measured change (eval/vse/gemm/predict.py)."""
-    s, base = a.scenario, a.arms.get("baseline")
+    s, base, gemm = a.scenario, a.arms.get("baseline"), a.gemm or {}
     gpu_run = ", ".join(g.get("name", "") for g in a.environment.get("gpus", []))
-    if gemm_file is not None and a.gemm.get("gpu") and a.gemm["gpu"] not in gpu_run:
-        a.gemm_prediction_note = f"the GEMM timings were made on {a.gemm['gpu']}, this run on {gpu_run or 'no GPU'}"
+    if gemm_file is not None and gemm.get("gpu") and gemm["gpu"] not in gpu_run:
+        a.gemm_prediction_note = f"the GEMM timings were made on {gemm['gpu']}, this run on {gpu_run or 'no GPU'}"
         return
     if base is None or "candidate" not in a.arms:
         a.gemm_prediction_note = "the prediction needs both arms' benchmark data"
@@ -269,7 +270,7 @@ def _predict(a: Analysis, gemm_file: Path | None) -> None:
     a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
         models.model_config(s.model),
         s.server.tensor_parallel_size,
-        a.gemm,
+        gemm,
         [r.records for r in base.raw],
         base.backend,
         a.arms["candidate"].backend,

@@ -54,8 +54,9 @@ def topk_sq_distance(tx: dict[str, float] | None, ty: dict[str, float] | None) -
     """Mean squared difference of the logprobs two servers gave the tokens both listed at one position."""
     # in the first server's order, not a set's: a set's order changes with Python's string hashing
     # from one process to the next, and so did the last digit of every rebuilt report's figures
-    common = [k for k in (tx or {}) if k in (ty or {})]
-    return float(np.mean([(tx[k] - ty[k]) ** 2 for k in common])) if common else math.nan
+    x, y = tx or {}, ty or {}
+    common = [k for k in x if k in y]
+    return float(np.mean([(x[k] - y[k]) ** 2 for k in common])) if common else math.nan
 
 
 def text_distance(a: Scored, b: Scored) -> tuple[float, int]:
@@ -110,7 +111,7 @@ def compare(base: list[Scored], cand: list[Scored], ref: list[Scored], alpha: fl
 
 def from_run(run_dir: Path, alpha: float) -> dict[str, Any] | None:
     """The comparison from a run directory's scores, or None before all three servers scored."""
-    scores = {n: load(RunDir(run_dir).arm(n).scores) for n in ("baseline", "candidate", "reference")}
-    if any(v is None for v in scores.values()):
+    base, cand, ref = (load(RunDir(run_dir).arm(n).scores) for n in ("baseline", "candidate", "reference"))
+    if base is None or cand is None or ref is None:
         return None
-    return compare(scores["baseline"], scores["candidate"], scores["reference"], alpha)
+    return compare(base, cand, ref, alpha)

@@ -143,7 +143,7 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -
                 continue
             v = (env.get("arms") or {}).get(arm_name, {})
             for k, run in enumerate(arm["runs"]):
-                rid = c.execute(
+                inserted = c.execute(
                     RUNS.insert().values(
                         **common,
                         arm=arm_name,
@@ -156,7 +156,9 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -
                         torch=v.get("torch"),
                         calibration=_calibration(getattr(s.arms, arm_name)),
                     )
-                ).inserted_primary_key[0]
+                ).inserted_primary_key
+                assert inserted is not None  # an INSERT of one row returns its key
+                rid = inserted[0]
                 vals = [{"run_id": rid, "key": key, "value": x} for key, x in run["metrics"].items() if x is not None]
                 if vals:
                     c.execute(METRICS.insert(), vals)

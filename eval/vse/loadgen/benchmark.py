@@ -112,7 +112,7 @@ def run_repeat(
         "started_ns": result.started_ns,
         "ended_ns": result.ended_ns,
         "server_metrics_delta": server_delta,
-        "gpu_telemetry": gpu.telemetry.to_json(),
+        "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),
     }
     # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing

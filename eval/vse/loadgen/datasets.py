@@ -82,10 +82,16 @@ def random_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
     return prompts
 
 
+def _path(spec: DatasetSpec) -> str:
+    if not spec.path:
+        raise ValueError(f"workload.dataset.kind {spec.kind.value} needs workload.dataset.path")
+    return spec.path
+
+
 def sharegpt_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
     """First human turn as prompt, the reply's token count as output length (vLLM's filters:
     prompt and reply >= 4 tokens, prompt <= 1024, prompt + reply <= 2048)."""
-    data = json.loads(Path(spec.path).read_text())
+    data = json.loads(Path(_path(spec)).read_text())
     rng = np.random.default_rng(spec.seed)
     order = rng.permutation(len(data))
     prompts: list[Prompt] = []
@@ -106,7 +112,7 @@ def sharegpt_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
 
 def jsonl_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
     prompts: list[Prompt] = []
-    with open(spec.path) as f:
+    with open(_path(spec)) as f:
         for line in f:
             if not line.strip():
                 continue

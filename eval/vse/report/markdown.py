@@ -19,7 +19,7 @@ _MARK = {
 }
 
 
-def num(x: float) -> str:
+def num(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
     return f"{x:,.2f}" if abs(x) < 1e5 else f"{x:,.0f}"
@@ -56,11 +56,9 @@ def headline(a: Analysis) -> str:
         gate_txt = "PASS: every gate passed"
     # The gated metrics first, with their gate outcomes; then the usual exploratory few.
     by = {r.key: r for r in a.comparison}
-    gated = [g for g in a.gates if g.metric and g.metric in by]
-    parts = [
-        f"{by[g.metric].label} {fmt_pct(by[g.metric].rel_change)} (gated: {g.outcome.value.upper()})" for g in gated
-    ]
-    shown = {g.metric for g in gated}
+    gated = [(g, by[g.metric]) for g in a.gates if g.metric and g.metric in by]
+    parts = [f"{row.label} {fmt_pct(row.rel_change)} (gated: {g.outcome.value.upper()})" for g, row in gated]
+    shown = {g.metric for g, _ in gated}
     parts += [
         f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
         for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms")
@@ -323,8 +321,8 @@ def _servers(a: Analysis) -> list[str]:
         "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
         "|---|---|---|---:|---|---|",
     ]
-    for arm in _arms(a):
-        for sv in arm.servers if arm else []:
+    for arm in (x for x in _arms(a) if x):
+        for sv in arm.servers:
             L.append(
                 f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
                 f"{checks_only_text(sv)} | {sv['requested_backend']} | "

@@ -20,11 +20,16 @@ PREDICTED = (("output_throughput", "throughput"), ("median_itl_ms", "ITL"))
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 
 
+def _key(a: Analysis) -> str:
+    """The swept workload setting (a run with points has a sweep)."""
+    return a.scenario.run.sweep.key if a.scenario.run.sweep else ""
+
+
 def points(a: Analysis) -> list[tuple[str, Analysis]]:
     """The scenario's own load point first (the run directory itself), then the sweep's."""
     if not a.sweep:
         return []
-    key = a.scenario.run.sweep.key
+    key = _key(a)
     return [(f"{key}={getattr(a.scenario.workload, key)} (the scenario's)", a)] + a.sweep
 
 
@@ -133,7 +138,7 @@ def plot_svg(a: Analysis) -> str | None:
             ax.annotate(lab, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=COLORS[arm])
     ax.set_xlabel("output throughput (tok/s)")
     ax.set_ylabel("median TPOT (ms)")
-    ax.set_title(f"Throughput against latency per load point ({a.scenario.run.sweep.key})")
+    ax.set_title(f"Throughput against latency per load point ({_key(a)})")
     ax.legend()
     return svg(fig)
 

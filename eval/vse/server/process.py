@@ -298,12 +298,13 @@ class VllmServer:
             return ""
 
     def _cause(self) -> str:
-        return death_by_signal(self.proc.returncode) or root_cause(self.log_text()) or "no error line in its log"
+        code = self.proc.returncode if self.proc else None
+        return death_by_signal(code) or root_cause(self.log_text()) or "no error line in its log"
 
     def _died(self) -> ServerError:
         cause = self._cause()
         return ServerError(
-            f"{self.cfg.arm} server exited with code {self.proc.returncode} before it was healthy: "
+            f"{self.cfg.arm} server exited with code {self.proc.returncode if self.proc else None} before it was healthy: "
             f"{cause} (log: {self.log_path})"
         )
 

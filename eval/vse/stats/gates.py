@@ -310,7 +310,7 @@ def across_points(points: list[list[GateResult]], alpha: float) -> list[list[Gat
     tests = [(i, j) for i, gs in enumerate(points) for j, g in enumerate(gs) if g.p_fail is not None]
     if len({i for i, _ in tests}) < 2:
         return points
-    adjusted = holm([points[i][j].p_fail for i, j in tests])
+    adjusted = holm([p for i, j in tests if (p := points[i][j].p_fail) is not None])
     out = [list(gs) for gs in points]
     for (i, j), p in zip(tests, adjusted):
         g = out[i][j]

@@ -70,7 +70,8 @@ class Telemetry:
     @property
     def energy_j(self) -> float | None:
         vals = [g.energy_j for g in self.gpus]
-        return None if not vals or any(v is None for v in vals) else float(sum(vals))
+        known = [v for v in vals if v is not None]
+        return float(sum(known)) if vals and len(known) == len(vals) else None
 
     @property
     def slowdowns(self) -> list[str]:
@@ -153,8 +154,8 @@ def _mean(xs: list[float]) -> float:
 
 
 def _summarize_gpu(index: int, name: str, rows: list[dict]) -> GpuSummary:
-    energy = [r.get("energy_mj") for r in rows]
-    energy_j = (energy[-1] - energy[0]) / 1000 if len(rows) >= 2 and None not in (energy[0], energy[-1]) else None
+    first, last = (rows[0].get("energy_mj"), rows[-1].get("energy_mj")) if rows else (None, None)
+    energy_j = (last - first) / 1000 if len(rows) >= 2 and first is not None and last is not None else None
     busy = [r for r in rows if r.get("util_pct", 0) > 0] or rows
     seen = sorted({n for r in busy for n in reasons(r.get("reasons", 0))})
     share = {n: sum(1 for r in busy if n in reasons(r.get("reasons", 0))) / len(busy) for n in seen}

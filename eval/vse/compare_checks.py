@@ -14,9 +14,10 @@ from vse.checks import accuracy, agreement_probe
 from vse.checks.fidelity import Scored
 from vse.errors import SuiteError
 from vse.loadgen.datasets import Prompt
+from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, write_json
-from vse.rundir.layout import RunDir
+from vse.rundir.layout import ACCURACY_RESULT, RunDir
 from vse.scenario import Scenario
 from vse.server.process import VllmServer
 
@@ -57,6 +58,7 @@ class ArmChecks:
                 write_json(self.layout.arm(arm).accuracy_status, {"status": f"failed: {e}"})
                 raise
         write_json(self.layout.arm(arm).accuracy_status, {"status": "done"})
+        seal.add(self.run_dir, [out / ACCURACY_RESULT, self.layout.arm(arm).accuracy_status])
         self.console.print(res.table)
 
     def agreement(self, arm: str, srv: VllmServer) -> None:
@@ -86,6 +88,7 @@ class ArmChecks:
         if errs:
             srv.assert_alive()
             raise SuiteError(f"{arm}: agreement probe: {len(errs)} of {len(comps)} requests failed: {errs[0]}")
+        seal.add(self.run_dir, [p for p in (d.agreement, d.agreement_self, d.scores) if p.is_file()])
 
     def score(self, arm: str, srv: VllmServer) -> list[Scored]:
         """Run 0's first prompts scored teacher-forced, for fidelity to the reference (eval/vse/checks/fidelity.py)."""

@@ -189,3 +189,14 @@ def test_an_unreadable_records_file_is_named(run, monkeypatch):
 
     monkeypatch.setattr(builtins, "open", denying_open)
     refused(run, "candidate/bench-0.jsonl: cannot be read .Permission denied.")
+
+
+def test_an_edited_accuracy_result_is_refused_by_the_seal(run):
+    """The checks' outputs are sealed when they end (compare_checks): a score moved by hand is seen."""
+    cand = RunDir(run).arm("candidate")
+    seal.add(run, [cand.accuracy / "accuracy.json", cand.agreement])
+    data = json.loads((cand.accuracy / "accuracy.json").read_text())
+    key = next(iter(data["scores"]))
+    data["scores"][key] = 1.0
+    (cand.accuracy / "accuracy.json").write_text(json.dumps(data))
+    refused(run, "candidate/accuracy/accuracy.json: changed since the run sealed it")

@@ -1,6 +1,7 @@
 """A run seals its raw data as it captures it: when a run (repeat) ends, its records, their settings
 and the arm's servers.json go into the run's seal.json (rewritten atomically) with their sha256,
-and the records with how many measured and warm-up requests they hold. Reading a run checks it:
+and the records with how many measured and warm-up requests they hold; so do an arm's accuracy
+result and agreement outputs when its checks end. Reading a run checks it:
 a sealed file that is missing or changed, or a records file the run never sealed (a copy added
 afterwards), is a damaged run, refused with the file named (report, history and resume alike).
 Runs made before seals existed have none; they get the design checks alone (rawdata)."""
@@ -47,6 +48,7 @@ def copy_arm(src_run: Path, dst_run: Path, arm: str) -> None:
     was = {rel: v for rel, v in sealed(src_run).items() if Path(rel).parts[0] == arm}
     files = [p for k in dst.metas() for p in (dst.records(k), dst.meta(k)) if p.is_file()]
     files += [dst.servers] if dst.servers.is_file() else []
+    files += [RunDir(dst_run).path / rel for rel in was if (RunDir(dst_run).path / rel) not in files]
     counts: dict[str, dict[str, int]] = {
         rel: {k: v[k] for k in ("measured", "warmup") if k in v} for rel, v in was.items()
     }

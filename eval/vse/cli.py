@@ -15,10 +15,10 @@ import traceback
 from pathlib import Path
 
 from vse import __version__
-from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED
 from vse.cli_compare import cmd_compare, report_run
 from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
 from vse.errors import SuiteError, UnsupportedError
+from vse.exitcodes import ExitCode
 from vse.rundir import packed
 from vse.rundir.files import write_json
 from vse.rundir.layout import RunDir
@@ -254,17 +254,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except SuiteError as e:
         console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
-        return EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
+        return ExitCode.UNSUPPORTED if isinstance(e, UnsupportedError) else ExitCode.RUN_FAILED
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted; servers stopped")
-        return EXIT_RUN_FAILED
+        return ExitCode.RUN_FAILED
     except Exception as e:  # never exit 1 (= "a gate failed") by accident
         where = ""
         if (run := getattr(args, "run", None)) and Path(run).is_dir():  # `report`: keep the traceback with the run
             (Path(run) / "error.log").write_text(traceback.format_exc())
             where = f" (traceback: {run}/error.log)"
         console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}{where}", highlight=False)
-        return EXIT_RUN_FAILED
+        return ExitCode.RUN_FAILED
     finally:
         server.stop_all(keep=before)
         if (held := getattr(args, "device_lock", None)) is not None:

@@ -11,10 +11,11 @@ import warnings
 from pathlib import Path
 
 from vse import report
-from vse.analysis import EXIT_RUN_FAILED, EXIT_UNSUPPORTED, load_scenario_from_run
+from vse.analysis import load_scenario_from_run
 from vse.checks import accuracy
 from vse.cli_ops import console
 from vse.errors import SuiteError, UnsupportedError
+from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir import state as run_state
 from vse.rundir.files import check_room, read_json, run_bytes_estimate, write_json
@@ -79,7 +80,7 @@ def _before_anything_starts(s, args) -> int | None:
         preflight.run(s)
     except UnsupportedError as e:
         _error(f"{e} (nothing was measured; no run directory kept)")
-        return EXIT_UNSUPPORTED
+        return ExitCode.UNSUPPORTED
     accuracy.check_inputs(s.accuracy)
     check_room(Path(args.reports), run_bytes_estimate(s))
     args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
@@ -100,8 +101,8 @@ def _failed(e: BaseException, run_dir: Path, args) -> int:
     if isinstance(e, UnsupportedError) and not measured(run_dir):  # a refusal before anything ran
         shutil.rmtree(run_dir, ignore_errors=True)
         _error(f"{msg} (nothing was measured; no run directory kept)")
-        return EXIT_UNSUPPORTED
-    code: int = EXIT_UNSUPPORTED if isinstance(e, UnsupportedError) else EXIT_RUN_FAILED
+        return ExitCode.UNSUPPORTED
+    code: int = ExitCode.UNSUPPORTED if isinstance(e, UnsupportedError) else ExitCode.RUN_FAILED
     try:  # what was measured so far stays readable
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotting an incomplete run warns about empty plots: not the cause

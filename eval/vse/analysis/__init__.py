@@ -7,11 +7,6 @@ from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scen
 from vse.analysis.notes import _machine_notes
 from vse.analysis.run import Analysis, analyze, fmt_pct
 from vse.analysis.verdict import (
-    EXIT_GATE_FAILED,
-    EXIT_INCONCLUSIVE,
-    EXIT_OK,
-    EXIT_RUN_FAILED,
-    EXIT_UNSUPPORTED,
     find_disturbed,
 )
 
@@ -26,10 +21,5 @@ __all__ = [
     "Analysis",
     "analyze",
     "fmt_pct",
-    "EXIT_GATE_FAILED",
-    "EXIT_INCONCLUSIVE",
-    "EXIT_OK",
-    "EXIT_RUN_FAILED",
-    "EXIT_UNSUPPORTED",
     "find_disturbed",
 ]

@@ -14,15 +14,6 @@ from vse.stats import estimate as stats
 from vse.stats import gates
 from vse.stats.gates import GateResult, Outcome
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_FAILED, EXIT_INCONCLUSIVE, EXIT_UNSUPPORTED = (
-    ExitCode.OK,
-    ExitCode.GATE_FAILED,
-    ExitCode.RUN_FAILED,
-    ExitCode.INCONCLUSIVE,
-    ExitCode.UNSUPPORTED,
-)
-
-
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
 # smallest deviation worth calling a disturbance: well above the run-to-run noise seen on the
 # H200 (throughput 0.04-0.4%, median ITL under 1%, and 2% between server starts made 15 minutes
@@ -165,12 +156,12 @@ def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysi
 
 def exit_code_for(status: str | None, results: list[GateResult]) -> int:
     if status != "complete":
-        return EXIT_RUN_FAILED
+        return ExitCode.RUN_FAILED
     if any(r.outcome == Outcome.FAIL for r in results):
-        return EXIT_GATE_FAILED
+        return ExitCode.GATE_FAILED
     if any(r.outcome == Outcome.INCONCLUSIVE for r in results):
-        return EXIT_INCONCLUSIVE
-    return EXIT_OK
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.OK
 
 
 def _random_weights(run: dict[str, Any], s: Scenario) -> bool:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from vse.errors import SuiteError, UnsupportedError
+from vse.exitcodes import ExitCode
 from vse.gemm import shapes as gemm_shapes
 from vse.models import sources as models
 from vse.report import gemm as gemm_report
@@ -66,7 +67,7 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
     except subprocess.TimeoutExpired:
         raise SuiteError(f"gemm-bench: the timing script ran over {timeout_s:.0f} s and was stopped") from None
     (out / "gemm.log").write_text(proc.stderr)
-    if proc.returncode == 4:
+    if proc.returncode == ExitCode.UNSUPPORTED:  # the script says so with the suite's code
         raise UnsupportedError(proc.stderr.strip().splitlines()[-1])
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -7,6 +7,7 @@ import math
 
 from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
+from vse.exitcodes import ExitCode
 from vse.report import gemm, sweep, telemetry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
@@ -44,7 +45,7 @@ def _bf16(a: Analysis) -> str:
 
 
 def headline(a: Analysis) -> str:
-    if a.exit_code == 2:
+    if a.exit_code == ExitCode.RUN_FAILED:
         return f"**RUN INCOMPLETE** ({a.run.get('status')}): {a.run.get('reason', '')}"
     fails = [g for g in a.gates if g.outcome == Outcome.FAIL]
     open_ = [g for g in a.gates if g.outcome == Outcome.INCONCLUSIVE]

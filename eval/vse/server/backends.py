@@ -1,6 +1,6 @@
 """The FP8 GEMM backends an arm can ask vLLM for, and what each means to vLLM.
 
-This module and server.py are the only places that know vLLM's command line.
+This module and process.py are the only places that know vLLM's command line.
 """
 
 from __future__ import annotations

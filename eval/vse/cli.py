@@ -1,5 +1,6 @@
 """Command line: `python -m vse.cli compare|report|bench|gemm-bench|history|trend|qualify|calibrate|setup|check`;
-the parser is here, the commands in cli_compare.py and cli_ops.py. The Makefile wraps it.
+the parser and the report, bench and gemm-bench commands are here, compare in cli_compare.py, the operations in
+cli_ops.py. The Makefile wraps it.
 
 Exit codes (CI and nightly jobs rely on them): 0 every gate passed; 1 a gate failed; 2 the run
 itself failed (bad scenario, a server that crashed or did not start, Ctrl-C); 3 inconclusive (no

@@ -200,3 +200,13 @@ def test_an_edited_accuracy_result_is_refused_by_the_seal(run):
     data["scores"][key] = 1.0
     (cand.accuracy / "accuracy.json").write_text(json.dumps(data))
     refused(run, "candidate/accuracy/accuracy.json: changed since the run sealed it")
+
+
+def test_a_run_from_before_seals_is_sealed_as_found_when_it_grows(run):
+    """A resumed run made by an older suite: its first new seal covers what it already held, so its
+    own earlier runs are not taken for runs added afterwards."""
+    assert not seal.verify(run)  # no seal: the design checks alone
+    arm = RunDir(run).arm("candidate")
+    seal.add(run, [arm.servers])  # what a resumed run's next server start writes first
+    assert seal.verify(run) and "candidate/bench-3.jsonl" in seal.sealed(run)
+    assert analyze(run).exit_code == 0

@@ -32,11 +32,22 @@ def add(run_dir: Path, paths: list[Path], counts: dict[str, dict[str, int]] | No
     """Seal these files of the run as they are now (the suite just wrote them); counts: per file
     name relative to the run, e.g. {"measured": 384, "warmup": 128} for a records file."""
     layout = RunDir(run_dir)
-    data = read(run_dir) or {"version": VERSION, "files": {}}
+    data = read(run_dir)
+    if data is None:  # a run made before seals existed and resumed now: what it holds is sealed as found
+        data = {"version": VERSION, "files": {}}
+        paths = [*_finished_files(layout), *paths]
     for p in paths:
         rel = str(Path(p).resolve().relative_to(layout.path.resolve()))
         data["files"][rel] = {"sha256": _sha256(Path(p)), "size": Path(p).stat().st_size, **(counts or {}).get(rel, {})}
     write_json(layout.seal, data)
+
+
+def _finished_files(layout: RunDir) -> list[Path]:
+    out = []
+    for arm in layout.arm_dirs():
+        out += [p for k in arm.metas() for p in (arm.records(k), arm.meta(k)) if p.is_file()]
+        out += [arm.servers] if arm.servers.is_file() else []
+    return out
 
 
 def copy_arm(src_run: Path, dst_run: Path, arm: str) -> None:

@@ -245,6 +245,7 @@ def test_external_mode_benchmarks_a_running_server(live, tmp_path):
         ]
     )
     assert code == 0
+    assert not (tmp_path.parent / "seal.json").exists()  # a plain folder's parent is no run directory
     res = json.loads((tmp_path / "result.json").read_text())
     vllm_keys = {
         "completed",

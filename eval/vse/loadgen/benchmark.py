@@ -15,7 +15,7 @@ from vse.loadgen.gpu_sampler import GpuSampler
 from vse.loadgen.runner import LoadShape, run_load
 from vse.rundir import seal
 from vse.rundir.files import write_json
-from vse.rundir.layout import ArmDir
+from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import RepeatResult
 from vse.rundir.records import RequestRecord, write_jsonl
 from vse.scenario import WorkloadSpec
@@ -120,6 +120,8 @@ def run_repeat(
     write_jsonl(arm.records(repeat), warm + result.records, keep_text=False)
     write_json(arm.meta(repeat), meta)  # after the records: a run is finished once its meta exists
     run_dir = arm.path.parent
-    counts = {"measured": len(result.records), "warmup": len(warm)}
-    seal.add(run_dir, [arm.records(repeat), arm.meta(repeat)], {f"{arm.path.name}/{arm.records(repeat).name}": counts})
+    if RunDir(run_dir).run_json.is_file():  # a run directory's arm (`vse bench` writes to a plain folder)
+        counts = {"measured": len(result.records), "warmup": len(warm)}
+        rel = f"{arm.path.name}/{arm.records(repeat).name}"
+        seal.add(run_dir, [arm.records(repeat), arm.meta(repeat)], {rel: counts})
     return RepeatResult(warm + result.records, meta)

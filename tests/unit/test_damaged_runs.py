@@ -210,4 +210,3 @@ def test_a_run_from_before_seals_is_sealed_as_found_when_it_grows(run):
     seal.add(run, [arm.servers])  # what a resumed run's next server start writes first
     assert seal.verify(run) and "candidate/bench-3.jsonl" in seal.sealed(run)
     assert analyze(run).exit_code == 0
-

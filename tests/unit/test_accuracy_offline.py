@@ -120,12 +120,12 @@ def test_a_server_that_stops_answering_during_lm_eval_ends_as_a_hang_after_one_t
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Once)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    monkeypatch.setattr(accuracy, "HEALTH_EVERY_S", 0.5)
+    monkeypatch.setattr(accuracy, "HEALTH_EVERY_S", 0.2)
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
     t = time.monotonic()
     try:
         with pytest.raises(accuracy.AccuracyError, match=r"stopped answering during accuracy .lm-eval.*a hang"):
-            accuracy._wait(proc, None, f"http://127.0.0.1:{srv.server_address[1]}", 3.0, tmp_path / "log")
+            accuracy._wait(proc, None, f"http://127.0.0.1:{srv.server_address[1]}", 1.0, tmp_path / "log")
     finally:
         proc.kill()
         srv.shutdown()

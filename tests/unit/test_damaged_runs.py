@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 from conftest import ROOT
@@ -23,10 +22,13 @@ from vse.rundir.packed import unpack
 EX = ROOT / "reports" / "examples"
 
 
-def vse(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "vse.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+def vse(capsys, *args):
+    """The command in this process, as its user would call it: exit code, stdout, stderr."""
+    from vse import cli
+
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
 @pytest.fixture
@@ -89,7 +91,7 @@ def test_records_missing_from_a_run_are_refused_without_a_seal(run, cut, said):
     refused(run, f"bench-2.jsonl: {said}")
 
 
-def test_a_fail_cannot_become_a_pass_by_deleting_the_failed_request(run):
+def test_a_fail_cannot_become_a_pass_by_deleting_the_failed_request(run, capsys):
     """The run as written had one failed candidate request: FAIL. Deleting that line read PASS."""
     path = run / "candidate" / "bench-1.jsonl"
     recs = [json.loads(x) for x in lines(path)]
@@ -103,7 +105,7 @@ def test_a_fail_cannot_become_a_pass_by_deleting_the_failed_request(run):
     )
     path.write_text("".join(json.dumps(r) + "\n" for j, r in enumerate(recs) if j != i))
     refused(run, "bench-1.jsonl: changed since the run sealed it")
-    r = vse("report", run)
+    r = vse(capsys, "report", run)
     assert r.returncode == 2 and "bench-1.jsonl: changed since the run sealed it" in r.stderr.strip().splitlines()[-1]
 
 
@@ -119,37 +121,37 @@ def test_an_edited_number_is_refused_by_the_seal(run):
 
 
 @pytest.mark.parametrize("with_seal", [False, True])
-def test_a_missing_servers_json_or_arm_is_a_damaged_run(run, with_seal):
+def test_a_missing_servers_json_or_arm_is_a_damaged_run(run, with_seal, capsys):
     if with_seal:
         sealed(run)
     (run / "candidate" / "servers.json").unlink()
     refused(run, "candidate/servers.json: (missing|sealed by the run but missing)")
     shutil.rmtree(run / "candidate")
-    r = vse("report", run)
+    r = vse(capsys, "report", run)
     assert r.returncode == 2, r.stderr[-2000:]  # was FAIL, exit 1, and 4 history rows
     assert "candidate" in r.stderr and "damaged" in r.stderr.strip().splitlines()[-1]
 
 
-def test_history_refuses_a_run_changed_after_its_report(run, tmp_path):
+def test_history_refuses_a_run_changed_after_its_report(run, tmp_path, capsys):
     """results.json matched by size alone let an edited run into the history; the seal is checked first."""
     sealed(run)
-    assert vse("report", run).returncode == 0
+    assert vse(capsys, "report", run).returncode == 0
     path = run / "baseline" / "bench-0.jsonl"
     size = path.stat().st_size
     recs = [json.loads(x) for x in lines(path)]
     recs[-1]["end_ns"] += 1 if recs[-1]["end_ns"] % 10 != 9 else -1  # as many digits: the same size
     path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in recs))
     assert path.stat().st_size == size
-    r = vse("history", "--db", tmp_path / "h.sqlite", run)
+    r = vse(capsys, "history", "--db", tmp_path / "h.sqlite", run)
     assert r.returncode == 2 and "bench-0.jsonl: changed since the run sealed it" in r.stderr
 
 
-def test_report_on_a_packed_example_writes_nothing(tmp_path):
+def test_report_on_a_packed_example_writes_nothing(tmp_path, capsys):
     """It used to analyse an example with no raw data beside it and write FAIL over its results."""
     ex = tmp_path / "cpu-smoke"
     shutil.copytree(EX / "cpu-smoke", ex)
     before = {p.name: p.read_bytes() for p in ex.iterdir() if p.is_file()}
-    r = vse("report", ex)
+    r = vse(capsys, "report", ex)
     assert r.returncode == 2 and "a committed example whose raw data is packed" in r.stderr
     assert {p.name: p.read_bytes() for p in ex.iterdir() if p.is_file()} == before
 

@@ -26,6 +26,15 @@ def vse(*args, cwd=ROOT):
     )
 
 
+def vse_here(capsys, *args):
+    """The command in this process (a subprocess costs a second or two of imports)."""
+    from vse import cli
+
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
 def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     run = unpack(EX / "cpu-smoke", tmp_path / "r")
     db_path = tmp_path / "h.sqlite"
@@ -63,7 +72,7 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     assert r.returncode == 0 and "skipped:" in r.stderr and "status failed (not finished)" in r.stderr
 
 
-def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path):
+def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path, capsys):
     """The same run copied under another name (an artifact downloaded again, an example unpacked
     elsewhere) is one run; two different runs whose folders share a base name are two (the history
     once kept 135 rows from 22 of 24 examples: h200-calibration/aa was 'already' there as 'aa')."""
@@ -71,13 +80,13 @@ def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path):
     one = unpack(EX / "cpu-smoke", reports / "a", "aa")
     same = unpack(EX / "cpu-smoke", reports / "b", "copy-of-aa")
     other = unpack(EX / "cpu-smoke-aa", reports / "c", "aa")
-    r = vse("history", "--db", tmp_path / "h.sqlite", one, same, other)
+    r = vse_here(capsys, "history", "--db", tmp_path / "h.sqlite", one, same, other)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.count("8 run-level rows added") == 2 and "copy-of-aa: already in the history" in r.stderr
     assert history.run_key(one) == history.run_key(same) != history.run_key(other)
 
 
-def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path):
+def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path, capsys):
     import shutil
 
     reports = tmp_path / "reports"
@@ -85,10 +94,10 @@ def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path):
         shutil.copytree(EX / ex, reports / "examples" / ex)
     unpack(EX / "cpu-smoke-aa", reports, "20261201T020000Z-night")
     db = tmp_path / "h.sqlite"
-    r = vse("history", "--db", db, reports)
+    r = vse_here(capsys, "history", "--db", db, reports)
     assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stderr, r.stderr[-2000:]
     assert "20261201T020000Z-night: 8 run-level rows added" in r.stderr and "example:" not in r.stderr
-    r = vse("history", "--db", db, reports, "--examples")
+    r = vse_here(capsys, "history", "--db", db, reports, "--examples")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "example:cpu-smoke: 8 run-level rows added" in r.stderr  # named by their path under examples/
     assert "example:cpu-calibration-flow/aa:" in r.stderr
@@ -204,38 +213,43 @@ def test_an_older_sqlite_history_is_migrated(tmp_path):
     schema.connect(path)  # opening it again changes nothing
 
 
-def test_an_accepted_regression_stops_failing_the_trend(tmp_path):
+def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkeypatch):
     """A real change is seen, understood and accepted once: vse trend --ack records who and why, and
-    the nightly goes green; a later regression fails it again."""
+    the nightly goes green; a later regression fails it again. (In-process, the window-median
+    detector: the flow is under test here, Otava in tests/integration/test_changepoint.py.)"""
+    from vse import cli
+    from vse.models import provision
+
+    monkeypatch.setattr(provision, "changepoint_python", lambda cache: None)
+
+    def trend_cmd(*args):
+        code = cli.main(["trend", "--db", str(db_path), "--out", str(tmp_path / "t"), *map(str, args)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
     db_path = tmp_path / "h.sqlite"
     db = schema.connect(db_path)
     with db.begin() as c:
         for n in range(30):
             level = 10_000 * (0.97 if n >= 20 else 1.0)
             night(c, f"night-{n:02d}", f"2026-11-{n + 1:02d}T02:00:00+00:00", level * (1 + 0.001 * (n % 3)))
-    r = vse("trend", "--db", db_path, "--out", tmp_path / "t")
-    assert r.returncode == 1 and "**regression** -" in r.stdout and "--ack " in r.stdout, r.stdout[-2000:]
-    r = vse("trend", "--db", db_path, "--ack", "night-20", "--metric", "output_throughput")
-    assert r.returncode == 2 and "needs a reason" in r.stderr
-    r = vse("trend", "--db", db_path, "--ack", "night-2", "--metric", "output_throughput", "--why", "x")
-    assert r.returncode == 2 and "match" in r.stderr  # a prefix that names several runs is refused
-    r = vse(
-        "trend",
-        "--db",
-        db_path,
-        "--ack",
-        "night-20",
-        "--metric",
-        "output_throughput",
-        "--why",
-        "the new scheduler trades 3% throughput for TTFT",
-        "--by",
-        "release-eng",
-    )
-    assert r.returncode == 0 and "accepted: output_throughput from run night-20, by release-eng" in r.stderr
-    r = vse("trend", "--db", db_path, "--out", tmp_path / "t")
-    assert r.returncode == 0, r.stdout[-2000:]
-    assert "regression, accepted by release-eng (the new scheduler trades 3% throughput for TTFT)" in r.stdout
+    code, out, _ = trend_cmd()
+    assert code == 1 and "**regression** -" in out and "--ack " in out, out[-2000:]
+    code, _, err = trend_cmd("--ack", "night-20", "--metric", "output_throughput")
+    assert code == 2 and "needs a reason" in err
+    code, _, err = trend_cmd("--ack", "night-2", "--metric", "output_throughput", "--why", "x")
+    assert code == 2 and "match" in err  # a prefix that names several runs is refused
+    why = "the new scheduler trades 3% throughput for TTFT"
+    code, _, err = trend_cmd("--ack", "night-20", "--metric", "output_throughput", "--why", why, "--by", "release-eng")
+    assert code == 0 and "accepted: output_throughput from run night-20, by release-eng" in err
+    code, out, _ = trend_cmd()
+    assert code == 0, out[-2000:]
+    assert f"regression, accepted by release-eng ({why})" in out
+    with db.begin() as c:  # ten more nights, 3% lower again: a new regression nobody accepted
+        for n in range(30, 40):
+            night(c, f"night-{n:02d}", f"2026-12-{n - 29:02d}T02:00:00+00:00", 9_409 * (1 + 0.001 * (n % 3)))
+    code, out, _ = trend_cmd()
+    assert code == 1 and "% from night-30" in out and "**regression**" in out, out[-2000:]
 
 
 def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_again_when_not(tmp_path, monkeypatch):
@@ -260,9 +274,9 @@ def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_ag
         history.results(run)
 
 
-def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path):
-    r = vse("history", "--db", tmp_path / "h.sqlite", tmp_path / "no-such-run")
+def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path, capsys):
+    r = vse_here(capsys, "history", "--db", tmp_path / "h.sqlite", tmp_path / "no-such-run")
     assert r.returncode == 2 and "no-such-run: no such file or directory" in r.stderr
-    r = vse("history", "--db", tmp_path / "missing" / "h.sqlite", tmp_path)
+    r = vse_here(capsys, "history", "--db", tmp_path / "missing" / "h.sqlite", tmp_path)
     assert r.returncode == 2 and "the folder" in r.stderr and "does not exist" in r.stderr
     assert not (tmp_path / "missing").exists()

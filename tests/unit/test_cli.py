@@ -348,3 +348,17 @@ def test_no_room_for_the_run_is_refused_before_anything_starts(tmp_path, monkeyp
     )
     with pytest.raises(PreflightError, match="ro: cannot write run directories there .Permission denied."):
         files.check_room(tmp_path / "ro", 1)
+
+
+def test_bad_arguments_are_refused_before_anything_starts(tmp_path, capsys):
+    import pytest
+
+    """--noise-run with a typo was found after the whole comparison (internal error); --max-starts 0
+    was silently ignored; a BASE_RUN with no arm left an empty failed run directory."""
+    code = cli.main(["compare", "--noise-run", str(tmp_path / "typo"), "--reports", str(tmp_path / "r")])
+    assert code == 2 and "NOISE_RUN=" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    code = cli.main(["compare", "--base-run", str(tmp_path / "nothing"), "--reports", str(tmp_path / "r")])
+    assert code == 2 and "BASE_RUN=" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "--max-starts", "0"])
+    assert e.value.code == 2 and "'0' is not a whole number of at least 1" in capsys.readouterr().err

@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from vse import sweep
 from vse.analysis import analyze
-from vse.checks import accuracy
 from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
 from vse.gemm import bench as gemm_bench
@@ -85,7 +84,6 @@ class Orchestrator(ArmChecks):
         self.status.phase("preflight")
         gpus = preflight.run(self.s)
         preflight.check_pythons({n: self.arm_python(n) for n in self.s.server_arms()})
-        accuracy.check_inputs(self.s.accuracy)  # the data lm-eval reads, before a server starts
         self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
         pythons = {n: self.arm_python(n) for n in ("baseline", "candidate")}

@@ -52,6 +52,7 @@ class ArmChecks:
                     out,
                     deadline_s=self.s.accuracy.deadline_s,
                     api_key=srv.cfg.api_key(),
+                    healthy=srv.healthy,
                 )
             except accuracy.AccuracyError as e:
                 srv.assert_alive()  # a dead server is the better root cause

@@ -103,6 +103,8 @@ def test_a_server_that_stops_answering_during_lm_eval_ends_as_a_hang_after_one_t
     import threading
     import time
 
+    from vse.server.process import health_ok
+
     answered = threading.Event()
 
     class Once(http.server.BaseHTTPRequestHandler):
@@ -125,7 +127,8 @@ def test_a_server_that_stops_answering_during_lm_eval_ends_as_a_hang_after_one_t
     t = time.monotonic()
     try:
         with pytest.raises(accuracy.AccuracyError, match=r"stopped answering during accuracy .lm-eval.*a hang"):
-            accuracy._wait(proc, None, f"http://127.0.0.1:{srv.server_address[1]}", 1.0, tmp_path / "log")
+            url = f"http://127.0.0.1:{srv.server_address[1]}"
+            accuracy._wait(proc, None, lambda: health_ok(url, 0.2), 1.0, tmp_path / "log")
     finally:
         proc.kill()
         srv.shutdown()

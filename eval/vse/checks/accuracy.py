@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,21 +87,20 @@ def gsm8k_files(spec: AccuracySpec) -> dict[str, Path]:
 def check_inputs(spec: AccuracySpec) -> None:
     """What lm-eval will read, checked in milliseconds before any server starts: the gsm8k files
     (opened and their first record parsed), lm-eval's own task YAMLs. Raises AccuracyError."""
-    if not spec.enabled:
+    gsm = [t for t in spec.tasks if reads_gsm8k(t)] if spec.enabled else []
+    if not gsm:
         return
-    for task in [t for t in spec.tasks if reads_gsm8k(t)]:
+    for task in gsm:
         if not _lm_eval_task_yaml(task).is_file():
             raise AccuracyError(f"accuracy.tasks: lm-eval has no task {task}")
-        for split, path in gsm8k_files(spec).items():
-            try:
-                with _open(path) as f:
-                    first = json.loads(f.readline())
-            except (OSError, ValueError, EOFError) as e:
-                raise AccuracyError(
-                    f"{path}: not GSM8K's {split} split as JSON lines ({type(e).__name__}: {e})"
-                ) from None
-            if not isinstance(first, dict) or not {"question", "answer"} <= first.keys():
-                raise AccuracyError(f"{path}: not GSM8K's {split} split (no question and answer in its first record)")
+    for split, path in gsm8k_files(spec).items():
+        try:
+            with _open(path) as f:
+                first = json.loads(f.readline())
+        except (OSError, ValueError, EOFError) as e:
+            raise AccuracyError(f"{path}: not GSM8K's {split} split as JSON lines ({type(e).__name__}: {e})") from None
+        if not isinstance(first, dict) or not {"question", "answer"} <= first.keys():
+            raise AccuracyError(f"{path}: not GSM8K's {split} split (no question and answer in its first record)")
 
 
 def _open(path: Path):
@@ -209,10 +208,12 @@ def _err_line(log: str) -> str:
 HEALTH_EVERY_S = 5.0
 
 
-def _wait(proc: subprocess.Popen, deadline_s: float | None, base_url: str, hang_s: float, log_path: Path) -> None:
-    """lm-eval's end, watching the server meanwhile: a server that stops answering /health for one
-    request timeout is a hang, said as such (lm-eval itself would wait the timeout out once per
-    retry, about 40 minutes by default, and then say TimeoutError)."""
+def _wait(
+    proc: subprocess.Popen, deadline_s: float | None, healthy: Callable[[], bool] | None, hang_s: float, log_path: Path
+) -> None:
+    """lm-eval's end, watching the server meanwhile (healthy: does it answer now?): a server that
+    stops answering for one request timeout is a hang, said as such (lm-eval itself would wait the
+    timeout out once per retry, about 40 minutes by default, and then say TimeoutError)."""
     start = last_ok = time.monotonic()
     answered = False  # a server that never answered is lm-eval's to report (a refused connection)
     while True:
@@ -224,21 +225,15 @@ def _wait(proc: subprocess.Popen, deadline_s: float | None, base_url: str, hang_
         now = time.monotonic()
         if deadline_s is not None and now - start > deadline_s:
             raise AccuracyError(f"lm-eval did not finish in {deadline_s:.0f} s (log: {log_path})")
-        if _healthy(base_url):
+        if healthy is None:
+            continue
+        if healthy():
             last_ok, answered = now, True
         elif answered and now - last_ok > hang_s:
             raise AccuracyError(
                 f"the server stopped answering during accuracy (lm-eval): no /health answer for "
                 f"{now - last_ok:.0f} s (accuracy.timeout_s {hang_s:.0f}): a hang (log: {log_path})"
             )
-
-
-def _healthy(base_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/health", timeout=HEALTH_EVERY_S) as r:
-            return r.status == 200
-    except (OSError, ValueError):
-        return False
 
 
 def run(
@@ -249,8 +244,10 @@ def run(
     *,
     deadline_s: float | None = None,
     api_key: str | None = None,
+    healthy: Callable[[], bool] | None = None,
 ) -> AccuracyResult:
-    """Run lm-eval against a live server; results land in `out` whether it succeeds or not."""
+    """Run lm-eval against a live server; results land in `out` whether it succeeds or not.
+    healthy (the server's own health probe) turns a server that stops answering into a hang."""
     out.mkdir(parents=True, exist_ok=True)
     include = offline_task_dir(spec, out / "tasks")
     argv = lm_eval_argv(spec, base_url, model, out / "lm_eval", include)
@@ -265,7 +262,7 @@ def run(
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            _wait(proc, deadline_s, base_url, spec.timeout_s, log_path)
+            _wait(proc, deadline_s, healthy, spec.timeout_s, log_path)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -82,13 +82,11 @@ CHANGEPOINT = "apache-otava==0.8.0"
 
 
 def changepoint_python(cache: Path) -> Path | None:
-    """The change-point environment's Python when setup built it (in the cache, or baked into an
-    image under VSE_TOOLS); None otherwise: the trend then uses the window-median detector and says
-    so per series. Never built here: a trend runs offline, in seconds."""
-    for root in (cache, Path(os.environ["VSE_TOOLS"]) if os.environ.get("VSE_TOOLS") else None):
-        if root is not None and (root / "venvs" / "changepoint" / ".complete").is_file():
-            return root / "venvs" / "changepoint" / "bin" / "python"
-    return None
+    """The change-point environment's Python when setup built it (in the cache; the GPU image bakes
+    it there); None otherwise: the trend then uses the window-median detector and says so per
+    series. Never built here: a trend runs offline, in seconds."""
+    venv = cache / "venvs" / "changepoint"
+    return venv / "bin" / "python" if (venv / ".complete").is_file() else None
 
 
 def ensure_changepoint(cache: Path, console: Console) -> Path | None:

@@ -40,7 +40,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:  # in blocks: a GPU run's records are tens of megabytes
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def write_json(path: Path, data: Any) -> None:

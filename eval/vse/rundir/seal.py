@@ -8,24 +8,15 @@ Runs made before seals existed have none; they get the design checks alone (rawd
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
 
 from vse.errors import DamagedRunError
-from vse.rundir.files import read_json, write_json
+from vse.rundir.files import file_sha256, read_json, write_json
 from vse.rundir.layout import RunDir
 
 VERSION = 1
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def add(run_dir: Path, paths: list[Path], counts: dict[str, dict[str, int]] | None = None) -> None:
@@ -38,7 +29,11 @@ def add(run_dir: Path, paths: list[Path], counts: dict[str, dict[str, int]] | No
         paths = [*_finished_files(layout), *paths]
     for p in paths:
         rel = str(Path(p).resolve().relative_to(layout.path.resolve()))
-        data["files"][rel] = {"sha256": _sha256(Path(p)), "size": Path(p).stat().st_size, **(counts or {}).get(rel, {})}
+        data["files"][rel] = {
+            "sha256": file_sha256(Path(p)),
+            "size": Path(p).stat().st_size,
+            **(counts or {}).get(rel, {}),
+        }
     write_json(layout.seal, data)
 
 
@@ -97,7 +92,7 @@ def verify(run_dir: Path) -> bool:
         if not p.is_file():
             raise DamagedRunError(f"{p}: sealed by the run but missing; the run directory is damaged")
         try:
-            got = _sha256(p)
+            got = file_sha256(p)
         except OSError as e:
             raise DamagedRunError(f"{p}: cannot be read ({e.strerror}); the run directory is damaged") from None
         if got != want["sha256"]:

@@ -31,6 +31,15 @@ SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 _LIVE: set["VllmServer"] = set()
 
 
+def health_ok(url: str, timeout_s: float) -> bool:
+    """vLLM's /health answers 200 within timeout_s (a hung server accepts and never answers)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout_s) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -308,18 +317,17 @@ class VllmServer:
             f"{cause} (log: {self.log_path})"
         )
 
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        return health_ok(self.url, timeout_s)
+
     def wait_healthy(self, timeout_s: float, on_tick=None) -> float:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise self._died()
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        self.ready_s = time.monotonic() - self.started_at
-                        return self.ready_s
-            except (urllib.error.URLError, OSError):
-                pass
+            if self.healthy():
+                self.ready_s = time.monotonic() - self.started_at
+                return self.ready_s
             if on_tick:
                 on_tick(time.monotonic() - self.started_at)
             time.sleep(0.5)

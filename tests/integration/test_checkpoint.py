@@ -131,8 +131,8 @@ def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_f
     agree = res["agreement"]
     assert not agree["degenerate"]  # unlike --load-format dummy: the gate has something to compare
     # The baseline probed again one prompt at a time: the yardstick the fault is held to. It agrees
-    # exactly where the CPU's bf16 kernels are batch invariant, not where AMX's are (5 of 8 here,
-    # 2026-12-05; the same at the session's starting commit): measured, not assumed.
+    # exactly where the CPU's bf16 kernels are batch invariant, not where AMX's are
+    # (docs/measurements.md): measured, not assumed.
     assert res["agreement_self"]["prompts"] == 8
     assert agree["exact_match_rate"] < 1.0 and agree["abs_logprob_diff"]["max"] > 0  # the fault is visible
     failed = [g["name"] for g in res["gates"] if g["outcome"] == "fail"]

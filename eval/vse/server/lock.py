@@ -1,7 +1,6 @@
 """One comparison at a time per device: a second one on the same machine and GPUs would share
-its cores and GPUs with the first, and both verdicts would carry that skew silently (a second CPU
-comparison's candidate ran at 6.0 tok/s against 12.6 alone). The lock is the kernel's (flock): it
-goes with the process that holds it, however that process ends."""
+its cores and GPUs with the first, and both verdicts would carry that skew silently. The lock is
+the kernel's (flock): it goes with the process that holds it, however that process ends."""
 
 from __future__ import annotations
 

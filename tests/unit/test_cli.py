@@ -213,7 +213,7 @@ def test_bench_never_overwrites_earlier_results(tmp_path, capsys):
 
 
 def test_no_suite_module_shadows_the_standard_library():
-    """Scripts run as files (eval/vse/models/convert_smollm2.py, eval/vse/gemm/timing.py) have their folder on
+    """Scripts run as files (eval/vse/models/convert_gguf.py, eval/vse/gemm/timing.py) have their folder on
     sys.path: a module there named like a standard one (eval/secrets.py once) breaks whatever imports that."""
     import sys
 

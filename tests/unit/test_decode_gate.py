@@ -35,7 +35,7 @@ def stream(step_ms: float, n_tokens: int, pack: list[int], jitter_ms: float, rng
         end_ns=chunk_ns[-1] + MS,
         success=True,
     )
-    r.output_tokens, r.token_source = n_tokens, "usage"
+    r.output_tokens, r.token_source, r.chunk_usage = n_tokens, "usage", usage
     return r
 
 
@@ -70,6 +70,19 @@ def test_per_token_itl_is_unknown_without_per_chunk_token_counts():
     assert m["median_itl_token_ms"] is None and m["median_itl_ms"] == pytest.approx(20, abs=1)
 
 
+def test_a_request_that_never_coalesced_gives_no_per_token_values_unless_every_chunk_carried_usage():
+    """Usage only on the final chunk: one token a chunk is a guess, right for a request that never
+    coalesced and wrong for the rest; keeping the first and dropping the second selects requests by
+    the arm's speed (the audit found 0 to 384 of 384 kept per run). Such records give no values."""
+    rng = np.random.default_rng(4)
+    r = stream(10.0, 16, [1], 0.1, rng, usage=True)
+    assert len(r.itl_tokens_s) == 15
+    r.chunk_usage = False  # the same chunks, their counts assumed
+    assert r.itl_tokens_s == []
+    r.chunk_usage = None  # a record from before chunk_usage was kept, read as such
+    assert r.itl_tokens_s == []
+
+
 def test_a_chunk_of_k_tokens_gives_k_intervals_and_a_tokenless_chunk_adds_its_gap_to_the_next():
     r = RequestRecord(
         index=0,
@@ -81,7 +94,7 @@ def test_a_chunk_of_k_tokens_gives_k_intervals_and_a_tokenless_chunk_adds_its_ga
         chunk_tokens=[0, 1, 0, 2, 1],
         success=True,
     )
-    r.output_tokens, r.token_source = 4, "usage"
+    r.output_tokens, r.token_source, r.chunk_usage = 4, "usage", True
     assert r.itl_tokens_s == pytest.approx([0.0115, 0.0115, 0.010])
 
 
@@ -99,7 +112,7 @@ def test_chunks_read_at_one_instant_are_one_delivery_not_a_zero_gap():
         chunk_tokens=[1, 1, 1, 1, 1],
         success=True,
     )
-    r.output_tokens, r.token_source = 5, "usage"
+    r.output_tokens, r.token_source, r.chunk_usage = 5, "usage", True
     assert r.itl_tokens_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
 
 

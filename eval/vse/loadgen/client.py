@@ -79,6 +79,7 @@ class _StreamState:
         self.rec = rec
         self.last_completion_tokens = 0
         self.text_parts: list[str] = []
+        self.every_chunk_usage = True  # every output chunk so far carried the server's usage
 
     def on_event(self, payload: str, arrived_ns: int) -> bool:
         """Returns True at [DONE]."""
@@ -108,6 +109,7 @@ class _StreamState:
         # Every chunk with a choice carries output, even when its text is empty (special tokens,
         # ids the tokenizer cannot decode, as with random weights): count it, as vLLM's bench does.
         self.text_parts.append(text)
+        self.every_chunk_usage &= delta_tokens is not None
         self.rec.chunk_ns.append(arrived_ns)
         # With usage per chunk the server's own count, 0 for a chunk that carried no token (chat's
         # role-only opening chunk): per-token ITL spreads each gap over exactly these tokens.
@@ -117,6 +119,7 @@ class _StreamState:
     def finish(self, count_tokens: Callable[[str], int] | None) -> None:
         rec = self.rec
         rec.text = "".join(self.text_parts)
+        rec.chunk_usage = self.every_chunk_usage and bool(rec.chunk_ns)
         if rec.usage_completion_tokens is not None:
             rec.output_tokens, rec.token_source = rec.usage_completion_tokens, "usage"
         elif count_tokens is not None:

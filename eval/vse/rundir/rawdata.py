@@ -21,12 +21,13 @@ class RepeatResult:
     meta: dict[str, Any]
 
 
-def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
+def load_repeats(arm_dir: Path, complete: bool = True, usage_per_chunk: bool = False) -> list[RepeatResult]:
     """Every finished repeat in an arm's directory (a repeat is finished once its meta exists, which
     is written after its records). In a run that says it completed, records and metas must pair up:
     a missing one is a damaged run, refused with the file named (a run silently left out moved
     every figure while the verdict stayed PASS). An interrupted run may end with records whose meta
-    was never written: that last run is left out."""
+    was never written: that last run is left out. USAGE_PER_CHUNK: whether the run asked the server
+    for usage on every chunk, which decides chunk_usage for records written before they kept it."""
     arm = ArmDir(arm_dir)
     metas, records = arm.metas(), arm.record_files()
     if complete:
@@ -42,7 +43,11 @@ def load_repeats(arm_dir: Path, complete: bool = True) -> list[RepeatResult]:
                 meta = read_json(metas[k])
             except ValueError as e:
                 raise DamagedRunError(f"{metas[k]}: not JSON ({e}); the run directory is damaged") from None
-            rep = RepeatResult(read_jsonl(records[k]), meta)
+            recs = read_jsonl(records[k])
+            for r in recs:
+                if r.chunk_usage is None:
+                    r.chunk_usage = usage_per_chunk and r.token_source == "usage"
+            rep = RepeatResult(recs, meta)
             check_design(records[k], rep)
             out.append((k, rep))
     check_distinct(arm, out)

@@ -31,6 +31,10 @@ class RequestRecord:
     usage_prompt_tokens: int | None = None
     usage_completion_tokens: int | None = None
     token_source: str = "usage"  # "usage", "tokenizer" or "chunks"
+    # Whether every output chunk carried the server's usage count (continuous usage stats), so
+    # chunk_tokens is the server's and not one token a chunk assumed. None: a record from before the
+    # suite kept this (rawdata.load_repeats decides it from the run's workload.usage_per_chunk).
+    chunk_usage: bool | None = None
     success: bool = False
     error: str = ""
     status: int = 0
@@ -62,10 +66,16 @@ class RequestRecord:
         arrived at one instant: one SSE chunk, or several chunks read from the socket at once (an API
         server that fell behind flushes several steps together; each then has a gap of 0, which is
         not a token's time). Exact only when each chunk's token count came from the server
-        (continuous usage stats: workload.usage_per_chunk) and they add up to the request's output;
-        otherwise empty (unknown, not guessed). Intervals start at the first token: chat's
+        for every chunk (continuous usage stats: workload.usage_per_chunk; chunk_usage) and they add up
+        to the request's output; otherwise empty (unknown, not guessed: a request that happened not to
+        coalesce would be kept and one that did dropped, a choice that follows the arm's speed). Intervals start at the first token: chat's
         role-only opening chunk is no interval."""
-        if self.token_source != "usage" or not self.output_tokens or sum(self.chunk_tokens) != self.output_tokens:
+        if (
+            self.chunk_usage is not True
+            or self.token_source != "usage"
+            or not self.output_tokens
+            or sum(self.chunk_tokens) != self.output_tokens
+        ):
             return []
         deliveries: list[list[int]] = []  # [arrival ns, tokens]
         for t_ns, k in zip(self.chunk_ns, self.chunk_tokens):

@@ -212,3 +212,28 @@ def test_a_run_from_before_seals_is_sealed_as_found_when_it_grows(run):
     seal.add(run, [arm.servers])  # what a resumed run's next server start writes first
     assert seal.verify(run) and "candidate/bench-3.jsonl" in seal.sealed(run)
     assert analyze(run).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("workload.usage_per_chunk=true", "usage_per_chunk False there, True here"),
+        ("workload.max_concurrency=8", "max_concurrency 4 there, 8 here"),
+    ],
+)
+def test_a_reused_arm_measured_under_another_workload_is_refused(tmp_path, override, said):
+    """BASE_RUN copies an arm whatever its workload: a baseline recorded without usage per chunk
+    against a candidate measured per token, or at another concurrency, is refused naming the key."""
+    from rundirs import write_run
+
+    from vse.errors import SuiteError
+    from vse.rundir.state import check_same_workload
+    from vse.scenario_load import load_scenario
+
+    src = write_run(tmp_path / "src", {"baseline": [(0, 10.0)]})
+    base = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=16", "workload.max_concurrency=4"]
+    same = load_scenario("scenarios/cpu-smoke.yaml", overrides=base)
+    check_same_workload(same, "BASE_RUN", src)  # the same workload: reusable
+    other = load_scenario("scenarios/cpu-smoke.yaml", overrides=[*base, override])
+    with pytest.raises(SuiteError, match=f"BASE_RUN=.*its workload differs \\({said}\\)"):
+        check_same_workload(other, "BASE_RUN", src)

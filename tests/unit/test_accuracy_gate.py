@@ -51,3 +51,23 @@ def test_the_gate_uses_it_identical_arms_pass_once_the_questions_can_show_it():
     few = np.array([1, 0] * 20)  # 40 questions cannot rule out 3 points even with no discordance (bound -8.8%)
     (r,) = gates.accuracy_noninferiority(_result(few), _result(few), GatesSpec(accuracy_noninferiority_margin=0.03))
     assert r.outcome is Outcome.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("n, base_acc", [(60, 0.7), (200, 0.5)])
+def test_the_gate_itself_passes_a_candidate_losing_exactly_the_margin_at_most_alpha_over_2(n, base_acc):
+    """The at-margin rate through gates.accuracy_noninferiority, the function every run calls: a
+    gate that went back to Newcombe's interval (4-10% here) fails this, not only the interval test."""
+    margin, rng, sims, passed = 0.05, np.random.default_rng(12), 1000, 0
+    spec = GatesSpec(accuracy_noninferiority_margin=margin)
+    for _ in range(sims):
+        base = rng.random(n) < base_acc
+        cand = base & ~(rng.random(n) < margin / base_acc)
+        (r,) = gates.accuracy_noninferiority(_result(base), _result(cand), spec)
+        passed += r.outcome is Outcome.PASS
+    assert passed / sims < 0.025
+
+
+def test_the_at_margin_test_would_catch_newcombe_in_the_gate(monkeypatch):
+    monkeypatch.setattr(prop, "tango_paired", prop.newcombe_paired)
+    with pytest.raises(AssertionError):
+        test_the_gate_itself_passes_a_candidate_losing_exactly_the_margin_at_most_alpha_over_2(200, 0.5)

@@ -1,6 +1,6 @@
 """The fidelity gate's interval keeps its coverage when texts differ widely in how far any kernel
 lands from the reference (eval/vse/checks/fidelity.py): simulated per-text distances with a shared
-text difficulty (log sd 0 to 1.5) and the candidate exactly at the margin."""
+text difficulty (log sd 0 to 3) and the candidate exactly at the margin."""
 
 import math
 
@@ -21,11 +21,12 @@ def _pass_rate_at_margin(spread: float, texts: int = 16, margin: float = 0.10, s
     return passed / sims
 
 
-@pytest.mark.parametrize("spread", [0.0, 1.0, 1.5])
+@pytest.mark.parametrize("spread", [0.0, 1.0, 1.5, 2.5, 3.0])
 def test_a_candidate_at_the_margin_passes_at_most_alpha_over_2_of_the_time(spread):
     # 2.5% nominal, 0.35% Monte Carlo error at 2,000 simulations; the ratio of means' linearisation
-    # (this gate's interval before 0.2.0) read 3.6%, 7.4% and 11.6% here (the log ratio 2.3% at all three)
-    assert _pass_rate_at_margin(spread) < 0.035
+    # (this gate's interval before 0.2.0) read 3.6%, 7.4% and 11.6% here (the log ratio 2.3% at all three).
+    # At 2.5 and 3.0, where hard texts dominate the mean, a floor set from the mean read 2.8% and 3.8%.
+    assert _pass_rate_at_margin(spread) < 0.032  # 2.5% + two Monte Carlo errors
 
 
 def test_the_interval_is_the_geometric_mean_ratio_and_survives_a_text_scored_exactly():

@@ -70,14 +70,19 @@ def text_distance(a: Scored, b: Scored) -> tuple[float, int]:
 
 
 # A text one server scored exactly as the reference (distance 0) has no log ratio: distances are
-# floored at this share of the baseline's mean distance, "a thousand times closer" at most per text.
+# floored at this share of the median text's distance (both arms), "a thousand times closer" at most.
+# The median, not the mean: when a few hard texts dominate the mean, a floor set from it clips the
+# easy texts of both arms to one value, their log ratios to 0, and the interval narrows past its
+# level (the at-margin pass rate was 2.8% at a text-to-text log sd of 2.5 and 3.8% at 3.0).
 FLOOR = 1e-3
 
 
 def ratio_interval(c: np.ndarray, b: np.ndarray, alpha: float) -> tuple[float, float, float]:
     """The geometric mean over texts of c / b and its two-sided (1 - alpha) interval, paired by
     index: a t interval on the per-text log ratios, back-transformed."""
-    floor = FLOOR * float(b.mean())
+    both = np.concatenate([c, b])
+    positive = both[both > 0]
+    floor = FLOOR * float(np.median(positive)) if positive.size else 1.0
     d = np.log(np.maximum(c, floor) / np.maximum(b, floor))
     m, n = float(d.mean()), len(d)
     half = float(stats.t.ppf(1 - alpha / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))

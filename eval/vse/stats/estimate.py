@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats as sps
 
 from vse.rundir.records import RequestRecord
+from vse.stats.decode import first_wave_decode_ms
 from vse.stats.metrics import TRIM, measured
 
 
@@ -77,6 +78,9 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     # when the API server coalesced chunks, and the mean moved with how prefills fell into decode
     # (A/A -1.6% [-7.3, +4.4]); the interdecile mean kept both tails out and covered every truth.
     defs.append(MetricDef("tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean"))
+    # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
+    # coalescing only moves a window's two ends.
+    defs.append(MetricDef("mean_decode_first_wave_ms", "Decode per token, first wave (ms)", False, "decode_first", "mean"))
     # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
     # wave of a run hits an idle server all at once; later requests arrive one by one.
     defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))
@@ -106,6 +110,7 @@ class RepeatData:
     ttft_first: np.ndarray = field(default_factory=lambda: np.array([]))
     ttft_steady: np.ndarray = field(default_factory=lambda: np.array([]))
     energy_j: float | None = None  # the GPUs' energy over the measured load (NVML), None without telemetry
+    decode_first: np.ndarray = field(default_factory=lambda: np.array([]))  # per wave request (first_wave_decode_ms)
 
     @property
     def n(self) -> int:
@@ -149,6 +154,7 @@ def repeat_data(
         ttft_first=np.array(first),
         ttft_steady=np.array(steady),
         energy_j=energy_j,
+        decode_first=first_wave_decode_ms([r for r in rs if id(r) in wave_ids]) if wave_ids else np.array([]),
     )
 
 

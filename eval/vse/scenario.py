@@ -285,6 +285,12 @@ class Scenario(Strict):
     gates: GatesSpec = GatesSpec()
     run: RunSpec = RunSpec()
 
+    def _first_wave_decode_possible(self) -> None:
+        if any(g.metric == FIRST_WAVE_DECODE for g in self.gates.performance):
+            needs = _first_wave_decode_needs(self.workload)
+            if needs:
+                raise ValueError(f"gates.performance: {FIRST_WAVE_DECODE} needs " + "; ".join(needs))
+
     @model_validator(mode="after")
     def _possible(self) -> "Scenario":
         w, s = self.workload, self.server
@@ -307,6 +313,7 @@ class Scenario(Strict):
                     f"arms.{name}.planted_fault needs a checkpoint the suite writes "
                     "(model.generate with weights: realistic, or a builtin with quantization: fp8-static)"
                 )
+        self._first_wave_decode_possible()
         ref = self.agreement.reference
         if ref is not None and ref.model_dump(exclude={"label"}) == self.arms.baseline.model_dump(exclude={"label"}):
             raise ValueError("agreement.reference runs the baseline's settings: the baseline would be at distance 0")
@@ -316,6 +323,22 @@ class Scenario(Strict):
         """Every kind of server a comparison starts: the two arms and, if set, the agreement reference."""
         ref = {"reference": self.agreement.reference} if self.agreement.reference is not None else {}
         return {"baseline": self.arms.baseline, "candidate": self.arms.candidate, **ref}
+
+
+FIRST_WAVE_DECODE = "mean_decode_first_wave_ms"
+
+
+def _first_wave_decode_needs(w: WorkloadSpec) -> list[str]:
+    """What the first wave's pure-decode window needs (vse/stats/decode.py): a wave sent at once
+    into a closed loop, outputs of one length, and the server's token count on every chunk."""
+    needs = []
+    if w.request_rate != math.inf or w.max_concurrency is None:
+        needs.append("a closed loop (workload.max_concurrency set, request_rate unlimited)")
+    if not (w.ignore_eos and w.dataset.range_ratio == 0):
+        needs.append("outputs of one length (workload.ignore_eos: true, dataset.range_ratio: 0)")
+    if not w.usage_per_chunk:
+        needs.append("workload.usage_per_chunk: true")
+    return needs
 
 
 def dump(s: Scenario) -> dict[str, Any]:

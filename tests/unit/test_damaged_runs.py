@@ -231,7 +231,12 @@ def test_a_reused_arm_measured_under_another_workload_is_refused(tmp_path, overr
     from vse.scenario_load import load_scenario
 
     src = write_run(tmp_path / "src", {"baseline": [(0, 10.0)]})
-    base = ["accuracy.enabled=false", "agreement.enabled=false", "workload.num_prompts=16", "workload.max_concurrency=4"]
+    base = [
+        "accuracy.enabled=false",
+        "agreement.enabled=false",
+        "workload.num_prompts=16",
+        "workload.max_concurrency=4",
+    ]
     same = load_scenario("scenarios/cpu-smoke.yaml", overrides=base)
     check_same_workload(same, "BASE_RUN", src)  # the same workload: reusable
     other = load_scenario("scenarios/cpu-smoke.yaml", overrides=[*base, override])

@@ -1,12 +1,17 @@
 """The decode gate measures the engine's step per token, not per SSE chunk (issue 28): a slower
 step must read slower however the API server packs tokens into chunks."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from vse.rundir.records import RequestRecord
 from vse.stats import estimate as stats
 from vse.stats import metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # decode_reference
 
 MS = 1_000_000
 
@@ -135,3 +140,34 @@ def test_the_trimmed_mean_sees_the_step_when_prefills_stall_some_tokens_and_the_
     cand = arm(10.8, [1], [0.06, 0.02, 0.06, 0.02])
     assert change("tmean_itl_token_ms", base, cand) == pytest.approx(0.08, abs=0.015)
     assert metrics.TRIM == 0.1
+
+
+def _first_wave(step_ms: float, pattern: str, prefill_ms: float = 15.0) -> float:
+    from decode_reference import PATTERNS, simulate
+
+    recs = simulate(step_ms=step_ms, prefill_ms=prefill_ms, pattern=PATTERNS[pattern], num_prompts=256, output_len=512)
+    vals = stats.repeat_data(recs, first_wave=128).decode_first
+    assert len(vals) == 128
+    return float(vals.mean())
+
+
+def test_the_first_wave_decode_reads_the_step_whatever_the_packing_and_with_prefills_riding_along():
+    """The decode gate (stats/decode.py) on the simulated engine (benchmarks/decode_reference.py):
+    12% of steps carry a prefill, chunks pack 1-4 tokens in set patterns, the arms differ in both."""
+    from decode_reference import PATTERNS
+
+    base = {p: _first_wave(10.0, p) for p in PATTERNS}
+    for v in base.values():
+        assert v == pytest.approx(10.0, rel=0.005)  # the same engine, the same value within 0.5%
+    for pct in (2, 5):
+        cand = _first_wave(10.0 * (1 + pct / 100), "1-4 tokens a chunk", prefill_ms=30.0)
+        assert 100 * (cand / base["one token a chunk"] - 1) == pytest.approx(pct, abs=0.5)
+
+
+def test_the_first_wave_decode_is_absent_without_the_servers_token_counts():
+    from decode_reference import PATTERNS, simulate
+
+    recs = simulate(pattern=PATTERNS["30% of chunks carry 2"], num_prompts=128, output_len=256)
+    for r in recs:
+        r.chunk_usage = False
+    assert stats.repeat_data(recs, first_wave=128).decode_first.size == 0

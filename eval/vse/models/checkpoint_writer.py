@@ -241,7 +241,7 @@ def calibration_texts(path: Path, n: int) -> list[str]:
     and no test question is seen."""
     import gzip
 
-    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
         rows = [json.loads(line) for line, _ in zip(f, range(n))]
     return [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in rows]
 

@@ -268,7 +268,17 @@ def build_builtin(cache: Path, b: Builtin, vllm_python: str, fp8: bool = False, 
         shutil.rmtree(q, ignore_errors=True)
         calib = SHIPPED_GSM8K / "train.jsonl.gz"
         _run_tool(
-            [vllm_python, str(checkpoint.WRITER), "quantize", str(out), str(q), "--calib", str(calib), "--device", device],
+            [
+                vllm_python,
+                str(checkpoint.WRITER),
+                "quantize",
+                str(out),
+                str(q),
+                "--calib",
+                str(calib),
+                "--device",
+                device,
+            ],
             f"quantizing {src.name}",
         )
         (q / ".complete").write_text("ok\n")
@@ -297,7 +307,9 @@ def resolve(
         d = builtin_dir(cache, spec.builtin, fp8)
         if not (d / ".complete").is_file():
             if spec.builtin == Builtin.SMOLLM2:
-                raise PreflightError(f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)")
+                raise PreflightError(
+                    f"model.builtin: {d} is not built; run `make setup` (or `make compare`, which does)"
+                )
             d = build_builtin(cache, spec.builtin, python or sys.executable, fp8, device, log)
         what = BUILTINS[spec.builtin].what + (", FP8 static per-tensor (the suite's quantization)" if fp8 else "")
         return ResolvedModel(str(d), spec.tokenizer or str(d), spec.weights_are_random, what)

@@ -28,7 +28,14 @@ STEPS_KEY = "vllm:iteration_tokens_total_count"
 MDE_DRAWS = 200_000  # the MDE's Monte Carlo error is then about 0.2% of its value
 # Decode measures shown side by side in every calibration (the evidence the decode gate was chosen
 # by): each grows by p per decode step, so truth = p / its baseline value.
-DECODE = ("mean_decode_first_wave_ms", "tmean_itl_token_ms", "median_itl_token_ms", "mean_itl_token_ms", "median_itl_ms", "median_tpot_ms")
+DECODE = (
+    "mean_decode_first_wave_ms",
+    "tmean_itl_token_ms",
+    "median_itl_token_ms",
+    "mean_itl_token_ms",
+    "median_itl_ms",
+    "median_tpot_ms",
+)
 
 
 @dataclass(frozen=True)

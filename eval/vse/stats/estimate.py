@@ -80,7 +80,9 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     defs.append(MetricDef("tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean"))
     # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
     # coalescing only moves a window's two ends.
-    defs.append(MetricDef("mean_decode_first_wave_ms", "Decode per token, first wave (ms)", False, "decode_first", "mean"))
+    defs.append(
+        MetricDef("mean_decode_first_wave_ms", "Decode per token, first wave (ms)", False, "decode_first", "mean")
+    )
     # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
     # wave of a run hits an idle server all at once; later requests arrive one by one.
     defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))

@@ -296,9 +296,45 @@ def performance(
             for (metric, _), d in zip(inputs, decided)
         ]
     return out + [
-        GateResult(d.name, d.outcome, d.detail, d.more_starts, metric, d.p_fail)
-        for (metric, _), d in zip(inputs, decided)
+        _unless_intermittent(
+            GateResult(d.name, d.outcome, d.detail, d.more_starts, metric, d.p_fail), by_key[metric], gi.margin
+        )
+        for (metric, gi), d in zip(inputs, decided)
     ]
+
+
+def intermittent(r: MetricComparison, margin: float) -> str | None:
+    """A candidate run worse than the baseline's worst run by more than the margin: the candidate's
+    runs split into slow and normal ones (an intermittent regression, a stall one run in three).
+    Averaged over runs it can pass, so a PASS with such a run is not one. A candidate whose slow
+    runs never came up cannot be seen: with a share p of slow runs, (1 - p)^runs of all runs
+    look normal (docs/statistics.md)."""
+    b = [v for v in r.baseline_runs if math.isfinite(v) and v > 0]
+    c = [v for v in r.candidate_runs if math.isfinite(v) and v > 0]
+    if len(b) < 2 or len(c) < 2:
+        return None
+    i, worst_b = (
+        (min(range(len(c)), key=c.__getitem__), min(b))
+        if r.higher_is_better
+        else (
+            max(range(len(c)), key=c.__getitem__),
+            max(b),
+        )
+    )
+    gap = worst_b / c[i] - 1 if r.higher_is_better else c[i] / worst_b - 1
+    if gap <= margin:
+        return None
+    return (
+        f"candidate run {i + 1} is {100 * gap:.1f}% worse than the baseline's worst run (margin {100 * margin:g}%): "
+        "its runs split into slow and normal ones; more runs decide"
+    )
+
+
+def _unless_intermittent(d: GateResult, r: MetricComparison, margin: float) -> GateResult:
+    why = intermittent(r, margin) if d.outcome is Outcome.PASS else None
+    if why is None:
+        return d
+    return replace(d, outcome=Outcome.INCONCLUSIVE, detail=f"{d.detail}; not a pass: {why}")
 
 
 def across_points(points: list[list[GateResult]], alpha: float) -> list[list[GateResult]]:

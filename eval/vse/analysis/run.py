@@ -23,6 +23,7 @@ from vse.scenario import Scenario
 from vse.server import planted, whatif
 from vse.stats import decide, gates, metrics
 from vse.stats import estimate as stats
+from vse.stats.calibration import STEPS_KEY
 from vse.stats.gates import GateResult
 
 
@@ -189,11 +190,48 @@ def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
         if cpt and min(cpt) < 0.9:
             out.append(
                 f"{a.name}: the server coalesced tokens (as few as {min(cpt):.2f} chunks per token), so "
-                "its per-chunk ITL measures gaps between chunks, not tokens: compare ITL per token (needs workload.usage_per_chunk) or TPOT. (vLLM sends no chunk for "
+                "its per-chunk ITL measures gaps between chunks, not tokens: compare the decode gate "
+                "(first wave's decode per token) or ITL per token (both need workload.usage_per_chunk). (vLLM sends no chunk for "
                 "a token that decodes to no new text, common with random weights, and merges a stream's "
                 "pending tokens into one chunk when its API server falls behind at high token rates.)"
             )
+    shares = {n: (coalesced_share(a), prefill_share(a)) for n, a in arms.items()}
+    known = {n: v for n, v in shares.items() if v[0] is not None}
+    if len(known) == 2:
+        (bc, bp), (cc, cp) = known.get("baseline", (0, None)), known.get("candidate", (0, None))
+        pre = lambda p: f"{100 * p:.0f}%" if p is not None else "unknown"
+        text = (
+            f"decode mix: baseline {100 * bc:.0f}% of tokens in multi-token chunks, {pre(bp)} of engine steps "
+            f"with a prefill; candidate {100 * cc:.0f}%, {pre(cp)}"
+        )
+        if abs(bc - cc) > 0.10 or (bp is not None and cp is not None and abs(bp - cp) > 0.03):
+            text += (
+                ": they differ, which moves per-token ITL statistics (exploratory); the decode gate measures "
+                "the first wave's pure decode steps, which neither reaches"
+            )
+        out.append(text)
     return out
+
+
+def coalesced_share(a: ArmAnalysis) -> float | None:
+    """Share of output tokens that arrived in a chunk of two or more (server-counted chunks only)."""
+    multi = total = 0
+    for rep in a.raw:
+        for r in rep.records:
+            if r.phase == "measure" and r.chunk_usage is True:
+                multi += sum(k for k in r.chunk_tokens if k > 1)
+                total += sum(r.chunk_tokens)
+    return multi / total if total else None
+
+
+def prefill_share(a: ArmAnalysis) -> float | None:
+    """Share of engine steps that carried a prefill: measured requests over vLLM's own step count."""
+    pairs = [
+        (sum(1 for r in rep.records if r.phase == "measure"), (d or {}).get(STEPS_KEY))
+        for rep, d in zip(a.raw, a.server_deltas)
+    ]
+    pairs = [(n, st) for n, st in pairs if st]
+    return sum(n for n, _ in pairs) / sum(st for _, st in pairs) if pairs else None
 
 
 def _agreements(arms: dict[str, ArmAnalysis]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

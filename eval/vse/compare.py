@@ -19,7 +19,7 @@ from vse.analysis import analyze
 from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
 from vse.gemm import bench as gemm_bench
-from vse.loadgen.benchmark import run_repeat
+from vse.loadgen.benchmark import refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint
 from vse.models import sources as models
@@ -244,6 +244,8 @@ class Orchestrator(ArmChecks):
         # then exits within seconds, and the log's cause (H200: a CUDA launch failure in the what-if
         # FlashInfer arm) is the run's one line, not the next step's "cannot connect".
         srv.assert_alive(grace_s=15 if any(not r.error.startswith("timeout") for r in failed) else 0)
+        if not ok and (status := refused_every(failed)) is not None:
+            raise SuiteError(f"{arm}: " + refusal_message(status, f"all {len(failed)} requests of run {k + 1}"))
         if failed and not ok and all(r.error.startswith("timeout") for r in failed):
             # Every request timed out on a live process: hung (stopped, deadlocked), not slow.
             # What it measured is on disk; the run ends here with the reason named.

@@ -203,10 +203,10 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
     assert "***redacted***" in (new / "scenario.yaml").read_text()
 
 
-def test_a_candidate_whose_requests_fail_fails_its_gate(smoke, tmp_path):
+def test_a_server_that_refuses_every_request_for_a_key_ends_the_run_naming_the_401(smoke, tmp_path):
     """The candidate's server demands an API key the client does not send: every request fails
-    (HTTP 401). Latency statistics of the survivors would look fine; the failed-request gate must
-    fail the run and name the error."""
+    (HTTP 401). The run ends there (exit 2), its last line naming the 401 and what to set, with
+    what it measured kept and no server left; before, it went on and blamed lm-eval."""
     run, _ = smoke
     r = cli(
         *SMALL,
@@ -222,12 +222,11 @@ def test_a_candidate_whose_requests_fail_fails_its_gate(smoke, tmp_path):
         "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}",
         reports=tmp_path,
     )
-    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1]
+    assert "HTTP 401 (unauthorized)" in last and "server.api_key_env" in last, last
     (new,) = run_dirs(tmp_path)
-    gate = next(
-        g for g in json.loads((new / "results.json").read_text())["gates"] if g["name"] == "candidate failed requests"
-    )
-    assert gate["outcome"] == "fail" and "first HTTP 401" in gate["detail"], gate
+    assert list((new / "candidate").glob("bench-0.jsonl")), "what the refused run saw is kept"
     assert vllm_ports_alive(new) == []
 
 

@@ -32,6 +32,24 @@ def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
     )
 
 
+AUTH_STATUSES = {401: "unauthorized", 403: "forbidden"}
+
+
+def refused_every(records: Sequence[RequestRecord]) -> int | None:
+    """The HTTP status when the server refused every request for want of credentials, else None."""
+    statuses = {r.status for r in records if not r.success}
+    if records and all(not r.success for r in records) and len(statuses) == 1 and statuses <= AUTH_STATUSES.keys():
+        return statuses.pop()
+    return None
+
+
+def refusal_message(status: int, what: str) -> str:
+    return (
+        f"the server refused {what} with HTTP {status} ({AUTH_STATUSES[status]}): it wants an API key the client "
+        "did not send; name the environment variable that holds it in server.api_key_env"
+    )
+
+
 def run_repeat(
     base_url: str,
     model: str,
@@ -66,6 +84,9 @@ def run_repeat(
     warm: list[RequestRecord] = []
     if warmup:
         warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
+        if (status := refused_every(warm)) is not None:
+            write_jsonl(arm.records(repeat), warm, keep_text=False)
+            raise ServerError(refusal_message(status, f"all {len(warm)} warm-up requests of run {repeat + 1}"))
         if all(not r.success and r.error.startswith("timeout") for r in warm):
             write_jsonl(arm.records(repeat), warm, keep_text=False)  # what it saw is kept
             # A server that answers no warm-up request is hung: sending the measured run to it would

@@ -3,7 +3,7 @@
 # own cache after `vse setup`/a CPU build, else downloaded) and lm-eval's wheels for the device's
 # Python 3.12 that its image lacks, as one stream in parts that each fit one device call beside
 # this working tree (like bundle.sh).
-#   bash benchmarks/h200/model-bundle.sh   -> .gpum/part_aa ...
+#   bash benchmarks/h200/model-bundle.sh [BUILTIN]   -> .gpum/part_aa ...  (default qwen2.5-coder-1.5b-instruct)
 # Then one call per part: carry [".gpum/part_XX"], command `bash benchmarks/h200/run.sh stash N`
 # (N = the part count printed below); the call that brings the last part installs lm-eval into
 # /tmp/site and puts the GGUF where the suite's cache on the device looks for it.
@@ -16,12 +16,13 @@ part=$((limit - tree - margin))
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/wheels" "$stage/gguf"
-gguf=$(.venv/bin/python - <<'PY'
+builtin=${1:-qwen2.5-coder-1.5b-instruct}
+gguf=$(.venv/bin/python - "$builtin" <<'PY'
 import sys
 sys.path.insert(0, "eval")
 from vse.models.sources import BUILTINS, gguf_file
 from vse.scenario import Builtin, DEFAULT_CACHE
-print(gguf_file(DEFAULT_CACHE, BUILTINS[Builtin.QWEN25_CODER_1_5B], log=lambda m: print(m, file=sys.stderr)))
+print(gguf_file(DEFAULT_CACHE, BUILTINS[Builtin(sys.argv[1])], log=lambda m: print(m, file=sys.stderr)))
 PY
 )
 ln -s "$gguf" "$stage/gguf/$(basename "$gguf")"
@@ -36,7 +37,8 @@ python3 -m pip download -q "${plat[@]}" -d "$stage/wheels" $(for p in "${pkgs[@]
 python3 -m pip wheel -q --no-deps -w "$stage/wheels" $(for p in rouge-score sqlitedict word2number; do lock "$p"; done) 2>&1 | grep -v WARNING || true
 mkdir -p .gpum
 rm -f .gpum/part_*
-tar -chf - -C "$stage" wheels gguf | split -b "$part" - .gpum/part_
+echo "$builtin" > "$stage/builtin"
+tar -chf - -C "$stage" wheels gguf builtin | split -b "$part" - .gpum/part_
 n=$(ls .gpum/part_* | wc -l)
 echo "model bundle: $n parts of $((part / 1048576)) MiB ($(ls "$stage/wheels" | wc -l) wheels, $(basename "$gguf"))"
 echo "one call per part: carry .gpum/part_XX, command 'bash benchmarks/h200/run.sh stash $n'"

@@ -60,7 +60,7 @@ import shutil, sys
 from pathlib import Path
 from vse.models.sources import BUILTINS
 from vse.scenario import Builtin, DEFAULT_CACHE
-src = BUILTINS[Builtin.QWEN25_CODER_1_5B]
+src = BUILTINS[Builtin(Path("/tmp/mbundle/builtin").read_text().strip())]
 dst = src.pkg_dir(DEFAULT_CACHE) / f"{src.name}.gguf"
 dst.parent.mkdir(parents=True, exist_ok=True)
 shutil.move(str(next(Path("/tmp/mbundle/gguf").glob("*.gguf"))), dst)

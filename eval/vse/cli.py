@@ -52,8 +52,8 @@ def cmd_bench(args) -> int:
     """Benchmark an already-running server by URL (external mode); nothing is started."""
     from vse.loadgen.benchmark import run_repeat
     from vse.loadgen.datasets import build_prompts, save_prompts
-    from vse.rundir.rawdata import repeat_metrics
     from vse.stats import metrics
+    from vse.stats.metrics import repeat_metrics
 
     s = load_scenario(args.scenario, overrides=args.set)
     tok = args.tokenizer or s.model.tokenizer or s.model.id
@@ -97,15 +97,16 @@ def cmd_bench(args) -> int:
 
 def cmd_gemm_bench(args) -> int:
     from vse.gemm import bench as gemm_bench
+    from vse.report import gemm as gemm_report
 
     s = load_scenario(args.scenario, overrides=args.set)
     out = Path(args.out)
     if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
         import json
 
-        gemm_bench.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
+        gemm_report.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
     else:
-        gemm_bench.run(s, out, tuple(args.backends.split(",")))
+        gemm_report.write_reports(gemm_bench.run(s, out, tuple(args.backends.split(","))), out, s)
     print((out / "gemm.md").read_text())
     return 0
 

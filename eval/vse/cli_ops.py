@@ -35,6 +35,7 @@ def ingest_walk(db, paths: list[Path], examples: bool) -> tuple[list[str], int]:
     import tempfile
 
     from vse.history import store as history
+    from vse.report import results_json
     from vse.rundir import packed
 
     lines, refused = [], 0
@@ -50,9 +51,9 @@ def ingest_walk(db, paths: list[Path], examples: bool) -> tuple[list[str], int]:
         try:
             if packed.is_packed(run):  # a committed example: its raw data is packed
                 with tempfile.TemporaryDirectory() as tmp:
-                    r = history.ingest(db, packed.unpack(run, Path(tmp)), name=name)
+                    r = history.ingest(db, packed.unpack(run, Path(tmp)), results_json.current, name=name)
             else:
-                r = history.ingest(db, run, name=name)
+                r = history.ingest(db, run, results_json.current, name=name)
         except history.UnfinishedRun as e:  # the store's own rule, said as a skip: the nightly leaves such runs
             say(f"skipped: {e}")
             continue

@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from vse import sweep
+from vse import reuse, sweep
 from vse.analysis import analyze
 from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
@@ -24,6 +24,7 @@ from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_promp
 from vse.models import checkpoint
 from vse.models import sources as models
 from vse.redaction import redact, secret_values
+from vse.report import gemm as gemm_report
 from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
@@ -323,10 +324,10 @@ class Orchestrator(ArmChecks):
             self.prepare()
         else:
             self.model = self.resolve_model()
-        reuse = self.opts.reuse or {}
-        for arm, src_run in reuse.items():
-            run_state.check_reusable(self.s, arm, src_run, self.prompts_for)
-        for arm, src_run in reuse.items():
+        reused = self.opts.reuse or {}
+        for arm, src_run in reused.items():
+            reuse.check_reusable(self.s, arm, src_run, self.prompts_for)
+        for arm, src_run in reused.items():
             if not (self.run_dir / arm).exists():
                 self.reuse_arm(arm, src_run)
         self.server_count = run_state.next_server(self.run_dir)  # after a resumed run's or a reused arm's servers
@@ -377,7 +378,7 @@ class Orchestrator(ArmChecks):
         self.status.phase("gemm-bench")
         try:
             with self.console.status(f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
-                gemm_bench.run(self.s, out, tuple(kinds), timeout_s=600)
+                gemm_report.write_reports(gemm_bench.run(self.s, out, tuple(kinds), timeout_s=600), out, self.s)
             self.log(f"gemm-bench: {out}/gemm.md")
         except (SuiteError, OSError, ValueError) as e:  # the end-to-end result stands without it
             out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from vse.backends import Backend
 from vse.scenario_serving import (  # noqa: F401 (re-exported: the schema's one import place)
     DEFAULT_CACHE,
     Architecture,
@@ -25,7 +26,6 @@ from vse.scenario_serving import (  # noqa: F401 (re-exported: the schema's one 
     Strict,
     VllmInstall,
 )
-from vse.server.backends import Backend
 
 
 class PlantedFault(Strict):

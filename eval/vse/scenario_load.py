@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from vse.backends import Backend
 from vse.errors import ScenarioError
 from vse.paths import scenario_path
 from vse.scenario import DEFAULT_CACHE, Scenario
-from vse.server.backends import Backend
 
 MAX_ALIASES = 50
 _ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")

@@ -12,6 +12,7 @@ import pytest
 from conftest import MODEL, VLLM_PY, needs_server
 
 from vse import cli
+from vse.backends import Backend
 from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.loadgen.benchmark import run_repeat
@@ -28,7 +29,6 @@ from vse.scenario import (
     WorkloadSpec,
 )
 from vse.server import metrics as server_metrics
-from vse.server.backends import Backend
 from vse.server.process import ServerConfig, VllmServer, group_members
 from vse.stats import gates
 from vse.stats.decide import Outcome

@@ -67,6 +67,92 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
         planted.unlink()
 
 
+# The packages (and top-level modules) of vse, lowest first: each imports only those before it.
+# docs/architecture.md lists the same order with what each layer is for.
+LAYERS = (
+    "vse",  # __init__: the version
+    "paths",
+    "errors",
+    "exitcodes",
+    "backends",
+    "scenario_serving",
+    "scenario",
+    "redaction",
+    "schema_doc",
+    "rundir",
+    "sweep",  # a sweep's points as run directories, their plan and exit code (no server)
+    "checks",
+    "stats",
+    "scenario_load",
+    "server",
+    "models",
+    "loadgen",
+    "gemm",
+    "analysis",
+    "history",
+    "report",
+    "reuse",
+    "compare_checks",
+    "calibrate",
+    "qualify",
+    "compare",
+    "cli_ops",
+    "cli_compare",
+    "cli",
+)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and not parts[1].startswith("__") else "vse"
+
+
+def package_imports(path: Path) -> set[str]:
+    """The vse modules a file imports, `from vse import x` as vse.x."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {f"vse.{a.name}" for a in node.names} if node.module == "vse" else {node.module}
+    return {m for m in out if m == "vse" or m.startswith("vse.")}
+
+
+def upward_imports() -> list[str]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    bad = []
+    for f in PKG.rglob("*.py"):
+        if "plugins" in f.parts or "migrations" in f.parts:
+            continue
+        name = module_name(f)
+        mine = layer_of(name)
+        for imp in package_imports(f):
+            theirs = layer_of(imp)
+            if theirs == mine:
+                continue
+            if mine not in rank or theirs not in rank:
+                bad.append(
+                    f"{name}: {mine if mine not in rank else theirs} is in no layer (tests/unit/test_architecture.py)"
+                )
+            elif rank[theirs] > rank[mine]:
+                bad.append(f"{name} ({mine}) imports {imp} ({theirs}), a higher layer")
+    return sorted(set(bad))
+
+
+def test_packages_import_only_the_layers_below_them():
+    assert upward_imports() == []
+
+
+def test_the_layer_check_sees_an_upward_import_in_any_package():
+    for pkg, imp in (("rundir", "vse.stats.metrics"), ("history", "vse.report"), ("gemm", "vse.report.gemm")):
+        planted = PKG / pkg / "_planted_upward.py"
+        planted.write_text(f"import {imp}\n")
+        try:
+            assert any(f"vse.{pkg}._planted_upward ({pkg}) imports {imp}" in b for b in upward_imports())
+        finally:
+            planted.unlink()
+
+
 def test_no_module_is_over_about_400_lines():
     long = {
         module_name(f): n

@@ -1,5 +1,5 @@
-from vse.server import backends
-from vse.server.backends import Backend
+from vse import backends
+from vse.backends import Backend
 
 
 def test_every_backend_is_registered():
@@ -43,7 +43,7 @@ def test_kernel_from_log():
 
 def test_every_fp8_linear_method_is_checked():
     """A compressed-tensors FP8 checkpoint logs its scheme class, not Fp8LinearMethod."""
-    from vse.server.backends import describe_selected, selected_kernels
+    from vse.backends import describe_selected, selected_kernels
 
     log = (
         "INFO Selected CutlassFP8ScaledMMLinearKernel for CompressedTensorsW8A8Fp8\n"

@@ -3,7 +3,7 @@
 import json
 import sys
 
-from vse import cli, compare
+from vse import cli, compare, reuse
 from vse.analysis import load_scenario_from_run
 from vse.models import provision
 from vse.rundir import state as run_state
@@ -296,7 +296,7 @@ def test_a_reused_baseline_grows_with_the_sequential_plan(tmp_path, monkeypatch)
     fake_plan(monkeypatch)
     _, src = plan_run(tmp_path / "src", ["run.server_starts=2"])
     (src / "baseline" / "servers.json").write_text(json.dumps([{"server": 0}, {"server": 3}]))
-    monkeypatch.setattr(run_state, "check_reusable", lambda *a, **k: None)
+    monkeypatch.setattr(reuse, "check_reusable", lambda *a, **k: None)
     calls, answers = fake_plan(monkeypatch, decisions=[False, True])
     from vse.scenario_load import load_scenario
 
@@ -315,7 +315,7 @@ def test_a_reused_arm_without_this_scenarios_checks_gets_them_made_up(tmp_path, 
     gate FAILed with 'no agreement data from both arms' (a CPU rehearsal of the H200 calibration)."""
     fake_plan(monkeypatch)
     _, src = plan_run(tmp_path / "src", ["run.server_starts=2", "agreement.enabled=false", "accuracy.enabled=false"])
-    monkeypatch.setattr(run_state, "check_reusable", lambda *a, **k: None)
+    monkeypatch.setattr(reuse, "check_reusable", lambda *a, **k: None)
     calls, _ = fake_plan(monkeypatch)
     from vse.scenario_load import load_scenario
 

@@ -227,7 +227,7 @@ def test_a_reused_arm_measured_under_another_workload_is_refused(tmp_path, overr
     from rundirs import write_run
 
     from vse.errors import SuiteError
-    from vse.rundir.state import check_same_workload
+    from vse.reuse import check_same_workload
     from vse.scenario_load import load_scenario
 
     src = write_run(tmp_path / "src", {"baseline": [(0, 10.0)]})

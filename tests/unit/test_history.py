@@ -257,21 +257,21 @@ def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_ag
     raw data beside it; a record file changed since (here truncated mid-line) is analysed again,
     and the analysis refuses it with the file named."""
     from vse.errors import DamagedRunError
-    from vse.report import build
+    from vse.report import build, results_json
 
     run = unpack(EX / "cpu-smoke", tmp_path / "r")
     build(run)  # the reports a finished run has
     expected = json.loads((run / "results.json").read_text())
-    monkeypatch.setattr(history, "analyze", lambda *_a, **_k: pytest.fail("analysed again"))
-    res = history.results(run)
+    monkeypatch.setattr(results_json, "analyze", lambda *_a, **_k: pytest.fail("analysed again"))
+    res = results_json.current(run)
     assert res["exit_code"] == expected["exit_code"] and len(res["arms"]["baseline"]["runs"]) == 4
     db = schema.connect(tmp_path / "h.sqlite")
-    assert history.ingest(db, run).added == 8
+    assert history.ingest(db, run, results_json.current).added == 8
     monkeypatch.undo()
     rec = run / "candidate" / "bench-1.jsonl"
     rec.write_bytes(rec.read_bytes()[:-200])
     with pytest.raises(DamagedRunError, match="bench-1.jsonl"):
-        history.results(run)
+        results_json.current(run)
 
 
 def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path, capsys):

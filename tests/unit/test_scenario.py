@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from vse.backends import Backend
 from vse.errors import ScenarioError
 from vse.scenario_load import load_scenario
-from vse.server.backends import Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

@@ -195,10 +195,10 @@ def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
                 "a token that decodes to no new text, common with random weights, and merges a stream's "
                 "pending tokens into one chunk when its API server falls behind at high token rates.)"
             )
-    shares = {n: (coalesced_share(a), prefill_share(a)) for n, a in arms.items()}
-    known = {n: v for n, v in shares.items() if v[0] is not None}
-    if len(known) == 2:
-        (bc, bp), (cc, cp) = known.get("baseline", (0, None)), known.get("candidate", (0, None))
+    base, cand = arms.get("baseline"), arms.get("candidate")
+    bc, cc = (coalesced_share(base), coalesced_share(cand)) if base and cand else (None, None)
+    if bc is not None and cc is not None and base and cand:
+        bp, cp = prefill_share(base), prefill_share(cand)
         pre = lambda p: f"{100 * p:.0f}%" if p is not None else "unknown"
         text = (
             f"decode mix: baseline {100 * bc:.0f}% of tokens in multi-token chunks, {pre(bp)} of engine steps "
@@ -226,11 +226,11 @@ def coalesced_share(a: ArmAnalysis) -> float | None:
 
 def prefill_share(a: ArmAnalysis) -> float | None:
     """Share of engine steps that carried a prefill: measured requests over vLLM's own step count."""
-    pairs = [
-        (sum(1 for r in rep.records if r.phase == "measure"), (d or {}).get(STEPS_KEY))
-        for rep, d in zip(a.raw, a.server_deltas)
-    ]
-    pairs = [(n, st) for n, st in pairs if st]
+    pairs: list[tuple[int, float]] = []
+    for rep, d in zip(a.raw, a.server_deltas):
+        steps = (d or {}).get(STEPS_KEY)
+        if steps:
+            pairs.append((sum(1 for r in rep.records if r.phase == "measure"), float(steps)))
     return sum(n for n, _ in pairs) / sum(st for _, st in pairs) if pairs else None
 
 

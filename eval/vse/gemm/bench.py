@@ -13,7 +13,6 @@ from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.gemm import shapes as gemm_shapes
 from vse.models import sources as models
-from vse.report import gemm as gemm_report
 from vse.rundir.files import write_json
 from vse.scenario import Scenario
 from vse.server import preflight
@@ -42,12 +41,6 @@ def plan(s: Scenario, backends: tuple[str, ...] = BACKENDS) -> dict:
     }
 
 
-def write_reports(res: dict, out: Path, s: Scenario) -> None:
-    title = f"{s.name} (TP{s.server.tensor_parallel_size})"
-    (out / "gemm.md").write_text(gemm_report.markdown(res, s.server.max_num_seqs, title))
-    (out / "gemm.html").write_text(gemm_report.html(res, s.server.max_num_seqs, title))
-
-
 def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s: float = 900) -> dict:
     gpus = preflight.query_gpus()
     if not gpus:
@@ -73,5 +66,4 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SuiteError(f"gemm-bench: the timing script failed (exit {proc.returncode}): {last} (log: {out}/gemm.log)")
     res = json.loads((out / "gemm.json").read_text())
-    write_reports(res, out, s)
     return res

@@ -17,15 +17,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from vse.analysis import ARMS, analyze
+from vse.analysis import ARMS
 from vse.analysis.load import load_scenario_from_run
 from vse.history.schema import ACKS, COMPARISONS, GATES, METRICS, RUNS, HistoryError
-from vse.report import results_json
-from vse.rundir import seal
 from vse.rundir.files import file_sha256, read_json
 from vse.rundir.layout import RunDir
 
@@ -78,7 +76,11 @@ def _calibration(spec) -> int:
     return int(bool(spec.planted_slowdown or spec.planted_fault or spec.whatif))
 
 
-def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingested:
+def ingest(
+    engine: sa.Engine, run_dir: Path, results: Callable[[Path], dict[str, Any]], name: str | None = None
+) -> Ingested:
+    """One finished run into the history. RESULTS gives its results.json document, current with its
+    raw data (the report layer's results_json.current: the history knows no report format)."""
     run_dir, name, layout = Path(run_dir), name or Path(run_dir).name, RunDir(run_dir)
     if not layout.run_json.is_file():
         raise HistoryError(f"{run_dir}: not a run directory (no run.json)")
@@ -115,22 +117,6 @@ def ingest(engine: sa.Engine, run_dir: Path, name: str | None = None) -> Ingeste
         return Ingested(name, _insert(engine, res, s, common))
     except sa.exc.IntegrityError:  # another agent ingested the same run meanwhile: it is there, whole
         return Ingested(name, 0)
-
-
-def results(run_dir: Path) -> dict[str, Any]:
-    """The run's results.json if it describes the raw data beside it now, else the same document
-    computed from the raw records (which refuses a damaged run, naming the file). Sizes alone
-    cannot tell an edited record from the one the report read: a sealed run is checked first."""
-    layout = RunDir(run_dir)
-    if layout.results.is_file():
-        try:
-            res = read_json(layout.results)
-        except ValueError:
-            res = {}
-        if res.get("schema_version", 0) >= 2 and res.get("raw_files") == layout.raw_files():
-            seal.verify(run_dir)  # (analyze, below, checks the seal itself)
-            return res
-    return results_json.render(analyze(run_dir))
 
 
 def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -> int:

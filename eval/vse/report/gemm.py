@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from vse.gemm.shapes import decode_or_prefill
+from vse.scenario import Scenario
 
 # Dense FP8 tensor rate from the datasheets (TFLOP/s, without sparsity), by GPU name.
 DATASHEET_FP8_TFLOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0, "B200": 4500.0}
@@ -225,3 +226,9 @@ def html(res: dict, max_num_seqs: int | None, title: str) -> str:
         "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}pre{white-space:pre-wrap}</style>"
         "</head><body>" + plot_svg(res) + "<pre>" + h.escape(md) + "</pre></body></html>"
     )
+
+
+def write_reports(res: dict, out: Path, s: Scenario) -> None:
+    title = f"{s.name} (TP{s.server.tensor_parallel_size})"
+    (out / "gemm.md").write_text(markdown(res, s.server.max_num_seqs, title))
+    (out / "gemm.html").write_text(html(res, s.server.max_num_seqs, title))

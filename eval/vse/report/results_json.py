@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 from vse import __version__
-from vse.analysis import Analysis
+from vse.analysis import Analysis, analyze
 from vse.report import sweep, vllm_files
+from vse.rundir import seal
+from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import dump
 from vse.stats import estimate as stats
@@ -92,3 +95,19 @@ def render(a: Analysis) -> dict[str, Any]:
             "raw_files": RunDir(a.run_dir).raw_files() if a.run_dir.is_dir() else {},
         }
     )
+
+
+def current(run_dir: Path) -> dict[str, Any]:
+    """The run's results.json if it describes the raw data beside it now, else the same document
+    computed from the raw records (which refuses a damaged run, naming the file). Sizes alone
+    cannot tell an edited record from the one the report read: a sealed run is checked first."""
+    layout = RunDir(run_dir)
+    if layout.results.is_file():
+        try:
+            res = read_json(layout.results)
+        except ValueError:
+            res = {}
+        if res.get("schema_version", 0) >= 2 and res.get("raw_files") == layout.raw_files():
+            seal.verify(run_dir)  # (analyze, below, checks the seal itself)
+            return res
+    return render(analyze(run_dir))

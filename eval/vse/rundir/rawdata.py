@@ -3,7 +3,6 @@ and its vLLM-shaped metrics. What analysis and reports read; no load generator n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from vse.errors import DamagedRunError
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir
 from vse.rundir.records import RequestRecord, read_jsonl
-from vse.stats import metrics
 
 
 @dataclass
@@ -81,11 +79,3 @@ def check_distinct(arm: ArmDir, reps: list[tuple[int, RepeatResult]]) -> None:
                 "the run directory is damaged"
             )
         seen[key] = k
-
-
-def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
-    m = r.meta
-    rate = m.get("request_rate")
-    return metrics.compute(
-        r.records, w_percentiles, goodput, m.get("max_concurrency"), math.inf if rate is None else rate
-    )

@@ -9,9 +9,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from vse import backends
 from vse.errors import PreflightError, UnsupportedError
 from vse.scenario import Device, Scenario
-from vse.server import backends, whatif
+from vse.server import whatif
 from vse.server.process import port_is_free
 
 

@@ -20,10 +20,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vse import backends
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.redaction import env_secrets, redact
 from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
-from vse.server import backends, planted, whatif
+from vse.server import planted, whatif
 from vse.server.environment import inherited_env
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.

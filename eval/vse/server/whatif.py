@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from vse.backends import Backend
 from vse.scenario import ArmSpec
 from vse.server import plugins
-from vse.server.backends import Backend
 
 PLUGIN_DIR = plugins.PLUGINS / "vse-flashinfer-hopper"
 PACKAGE = "vse_flashinfer_hopper"

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import scipy.stats as sps
 
+from vse.rundir.rawdata import RepeatResult
 from vse.rundir.records import RequestRecord
 from vse.scenario import Goodput
 
@@ -233,3 +234,9 @@ def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = Fa
             row(f"P{_pct_key(p)} {short} (ms):", res[f"p{_pct_key(p)}_{name}_ms"], ".2f")
     L.append("=" * 50)
     return "\n".join(L)
+
+
+def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
+    m = r.meta
+    rate = m.get("request_rate")
+    return compute(r.records, w_percentiles, goodput, m.get("max_concurrency"), math.inf if rate is None else rate)

@@ -73,6 +73,29 @@ def cmd_compare(args) -> int:
     return code
 
 
+# Output tokens a CPU comparison can ask for before the suite says how long that is: at the tens of
+# tokens per second a small model decodes on a few cores (docs/measurements.md) this is an hour.
+CPU_TOKENS_WARN = 100_000
+CPU_TOKENS_PER_S = 40
+
+
+def long_on_cpu(s) -> str | None:
+    """A CPU comparison whose workload would take hours (a scenario without its own workload gets
+    the seed PR's 384 prompts of 1,024 in / 128 out): said before it starts, with what to change."""
+    w, r = s.workload, s.run
+    if s.server.device.value != "cpu" or r.budget_s:
+        return None
+    tokens = 2 * r.server_starts * w.repeats * (w.num_prompts + w.warmup_requests) * w.dataset.output_len
+    if tokens < CPU_TOKENS_WARN:
+        return None
+    return (
+        f"this CPU comparison asks for about {tokens:,} output tokens (2 arms x {r.server_starts} starts x "
+        f"{w.repeats} runs x {w.num_prompts + w.warmup_requests} requests x {w.dataset.output_len}): about "
+        f"{tokens / CPU_TOKENS_PER_S / 3600:.1f} h at {CPU_TOKENS_PER_S} tok/s; shrink workload.num_prompts or "
+        "dataset.output_len, or give BUDGET=<seconds>"
+    )
+
+
 def _before_anything_starts(s, args) -> int | None:
     """What can be refused in seconds, before the setup (minutes, downloads) and any server start;
     then the device's lock, held until the command ends. Returns an exit code when refused here."""
@@ -83,6 +106,8 @@ def _before_anything_starts(s, args) -> int | None:
         return ExitCode.UNSUPPORTED
     accuracy.check_inputs(s.accuracy)
     check_room(Path(args.reports), run_bytes_estimate(s))
+    if (warning := long_on_cpu(s)) is not None:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
     return None
 

@@ -89,3 +89,23 @@ def test_a_second_comparison_on_the_same_devices_is_refused_naming_the_first(tmp
     held.close()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     lock.acquire("after the first ended").close()
+
+
+def test_a_cpu_comparison_that_would_take_hours_is_said_before_it_starts():
+    """A scenario without its own workload gets the seed PR's 384 prompts of 1,024 in / 128 out:
+    on a CPU that is hours, said in one line before anything starts; the shipped smoke is not."""
+    from vse.cli_compare import long_on_cpu
+    from vse.scenario_load import load_scenario
+
+    assert long_on_cpu(load_scenario("scenarios/cpu-smoke.yaml")) is None
+    seed = load_scenario(
+        "scenarios/cpu-smoke.yaml", overrides=["workload.num_prompts=384", "workload.dataset.output_len=128"]
+    )
+    said = long_on_cpu(seed)
+    assert said is not None and "h at 40 tok/s" in said and "BUDGET=" in said
+    assert (
+        long_on_cpu(
+            load_scenario("scenarios/cpu-smoke.yaml", overrides=["workload.num_prompts=384", "run.budget_s=600"])
+        )
+        is None
+    )

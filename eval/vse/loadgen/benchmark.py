@@ -144,5 +144,7 @@ def run_repeat(
     if RunDir(run_dir).run_json.is_file():  # a run directory's arm (`vse bench` writes to a plain folder)
         counts = {"measured": len(result.records), "warmup": len(warm)}
         rel = f"{arm.path.name}/{arm.records(repeat).name}"
-        seal.add(run_dir, [arm.records(repeat), arm.meta(repeat)], {rel: counts})
+        # The GPU samples too: a report computes energy per token from them.
+        kept = [arm.records(repeat), arm.meta(repeat)] + [p for p in [arm.gpu_samples(repeat)] if p.is_file()]
+        seal.add(run_dir, kept, {rel: counts})
     return RepeatResult(warm + result.records, meta)

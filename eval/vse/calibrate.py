@@ -6,7 +6,7 @@ outcome, and the minimum detectable effect at 80% power for the scenario's plann
 Each comparison is a `vse compare` of its own (its run directory, its exit code), its arms
 interleaved A B B A so that a machine whose speed drifts moves both alike. --share-baseline reuses
 the first comparison's baseline instead (--base-run: fewer server starts, for a machine known to be
-steady, as the H200 calibration did; on a 2-core CPU the A/A then read a 10% drift as a difference). The report
+steady; on a machine that drifts, the A/A then reads the drift as a difference). The report
 can be rebuilt from finished run directories alone (`vse calibrate --runs DIR ...`): that is how
 runs made across several device calls are put together."""
 

@@ -141,7 +141,7 @@ class Orchestrator(ArmChecks):
         slow = planted.stage(self.run_dir / "planted-plugin") if spec.planted_slowdown else None
         n = self.server_count
         # Tuning afresh at every start keeps starts independent replicates (and off the cached-tactics
-        # path that crashed on the H200); the tactics chosen stay in the run directory.
+        # path that has crashed, docs/gpu.md); the tactics chosen stay in the run directory.
         cache = str(self.run_dir / arm / f"flashinfer-autotune-{n}") if spec.autotune else None
         cfg = ServerConfig(
             arm=arm,
@@ -188,8 +188,8 @@ class Orchestrator(ArmChecks):
                     srv.cfg.spec.planted_slowdown.model_dump() if srv.cfg.spec.planted_slowdown else None
                 ),
                 "planted_fault": srv.cfg.spec.planted_fault.model_dump() if srv.cfg.spec.planted_fault else None,
-                # FlashInfer tunes its GEMM tactics at a start without cached ones (about 3 min on
-                # the H200) and before the server is healthy: every measured run is tuned.
+                # FlashInfer tunes its GEMM tactics at a start without cached ones (minutes) and
+                # before the server is healthy: every measured run is tuned.
                 "flashinfer_autotune": whatif.autotune_state(srv.log_text()),
                 "machine": self.machine,
                 "log": str(srv.log_path.relative_to(self.run_dir)),
@@ -205,8 +205,8 @@ class Orchestrator(ArmChecks):
         out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
         where = "" if point is None else f" at {sweep.point_label(self.s, point)}"
         prompts = self.prompts_for(k)
-        # Warm up once per server start: its first requests are the slow ones (seen on the H200:
-        # the first run after a start had 3x the TTFT of later runs).
+        # Warm up once per server start: its first requests are the slow ones (compilation and
+        # caches warming; docs/measurements.md).
         measured, warm = prompts[: w.num_prompts], prompts[w.num_prompts :] if first_on_server else []
         self.status.phase("benchmark", arm=arm, repeat=k)
         with Progress(
@@ -242,8 +242,8 @@ class Orchestrator(ArmChecks):
             f"output tok/s" + (f"; first error: {failed[0].error}" if failed else "")
         )
         # Requests that failed with an error (not a timeout) may mean the engine died: its API server
-        # then exits within seconds, and the log's cause (H200: a CUDA launch failure in the what-if
-        # FlashInfer arm) is the run's one line, not the next step's "cannot connect".
+        # then exits within seconds, and the log's cause (a CUDA launch failure, say) is the run's
+        # one line, not the next step's "cannot connect".
         srv.assert_alive(grace_s=15 if any(not r.error.startswith("timeout") for r in failed) else 0)
         if not ok and (status := refused_every(failed)) is not None:
             raise SuiteError(f"{arm}: " + refusal_message(status, f"all {len(failed)} requests of run {k + 1}"))

@@ -117,7 +117,7 @@ class ArmChecks:
     def make_up_checks(self) -> list[tuple[str, float]]:
         """Checks missing after an earlier call: the reference first (one that cannot start ends the run
         before anything is measured); then each arm that measured a start but was stopped before its
-        checks (seen on the H200: a call's time limit hit during the candidate's agreement probe), or
+        checks (a device call's time limit hit during the candidate's agreement probe, say), or
         that was reused from a run that did not make the checks this scenario gates on (agreement
         off there: the gate FAILed for want of data). Returns (arm, seconds) as the next measured
         start's estimate: this start plus its runs."""

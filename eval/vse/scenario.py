@@ -63,9 +63,9 @@ class ArmSpec(Strict):
     # suite's vLLM plugin; every report labels the arm as a configuration vLLM does not support.
     whatif: bool = False
     # FlashInfer's GEMM autotuner at each server start (vLLM >= 0.26). None: vLLM's default (on),
-    # except on a what-if arm, where it is off: on the H200 a start that loaded tuned tactics from
-    # FlashInfer's cache crashed mid-run, while default tactics served 1,152 requests cleanly.
-    # true: every start tunes afresh into its own cache directory (3-6 min per start on the H200).
+    # except on a what-if arm, where it is off: a start that loaded tuned tactics from FlashInfer's
+    # shared cache has crashed mid-run, while default tactics served cleanly (docs/gpu.md).
+    # true: every start tunes afresh into its own cache directory (minutes per start).
     flashinfer_autotune: bool | None = None
     planted_fault: PlantedFault | None = None
     planted_slowdown: PlantedSlowdown | None = None  # a calibration arm, never a real candidate

@@ -15,15 +15,13 @@ from vse.stats import gates
 from vse.stats.gates import GateResult, Outcome
 
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
-# smallest deviation worth calling a disturbance: well above the run-to-run noise seen on the
-# H200 (throughput 0.04-0.4%, median ITL under 1%, and 2% between server starts made 15 minutes
-# apart). Not median TPOT: on a closed loop it takes one of two values 2-3% apart by how the
-# waves arrive, and a run in the rarer mode is not disturbed (the H200 A/A lost one that way).
+# smallest deviation worth calling a disturbance: well above the run-to-run and start-to-start noise
+# measured on the GPU (docs/measurements.md). Not median TPOT: on a closed loop it takes one of two
+# values a few percent apart by how the waves arrive, and a run in the rarer mode is not disturbed.
 # The decode step per token where the chunks' token counts are known (per-chunk ITL moves with
 # coalescing), per chunk otherwise.
-# A client event-loop stall this long delays every timestamp taken meanwhile: the H200 A/B of issue 28
-# had one run with a 198 ms stall and 3.6% less throughput than its siblings, while the committed
-# H200 examples hold single stalls of 80-132 ms that moved their run's throughput by under 0.6%.
+# A client event-loop stall this long delays every timestamp taken meanwhile: stalls this long have
+# cost a run several percent of its throughput, shorter ones under one percent (docs/measurements.md).
 CLIENT_STALL_MS = 150.0
 HEALTH_METRICS = {"output_throughput": 0.02, "tmean_itl_token_ms": 0.03}
 HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
@@ -78,7 +76,7 @@ def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tu
 def _far_runs(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> dict[str, dict[int, list[str]]]:
     """Per arm, the runs far from the arm's median on a health metric, with why. Each run is set
     against its arm's median and the deviations of both arms pooled: the scale of normal run-to-run
-    noise then comes from every run (a 2-core CPU wobbles by 5%, an H200 by 0.1%), not from the three
+    noise then comes from every run (a small CPU wobbles by percents, a GPU by tenths), not from the three
     or four runs of one arm."""
     defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
     flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}

@@ -69,7 +69,7 @@ def degenerate(comps: list[Completion]) -> str:
     """Why these outputs cannot show a numerical difference, or "" when they can. vLLM's dummy
     weights give a flat next-token distribution (every logprob near -log(vocab size)) and
     outputs that cycle through one or two tokens; two arms then agree 100% whatever their GEMMs
-    compute (seen on the H200: CUTLASS against torch, |logprob difference| 0.0000)."""
+    compute (docs/gpu.md, "The stand-in model")."""
     ok = [c for c in comps if not c.error and c.tokens]
     if not ok:
         return "no output tokens"

@@ -3,7 +3,7 @@ Pure functions over recorded scores.
 
 Why not agreement between the two arms alone: on random weights at a trained model's scale two
 supported FP8 kernels (CUTLASS, torch) differ more from each other than CUTLASS does from itself
-with a 2% scale fault in one layer (H200: mean |logprob difference| 0.32 against 0.18), so no
+with a 2% scale fault in one layer (docs/gpu.md has the figures), so no
 threshold on that difference passes the one and fails the other. A reference orders them: a
 kernel no less exact than the baseline's is no farther from it; a fault adds its error to
 whatever the baseline's kernel already has.

@@ -1,8 +1,8 @@
-"""What the kernel timings alone predict end to end (issue #14 d3). Pure.
+"""What the kernel timings alone predict end to end. Pure.
 
 The engine steps a run really made are rebuilt from the baseline's token streams: every running
-request gets one token per engine step, so chunk arrivals cluster by step (on the H200 at c128:
-~35 us apart within a step, ~6 ms between steps). A step's M (tokens through every linear layer)
+request gets one token per engine step, so chunk arrivals cluster by step (tens of microseconds
+apart within a step, milliseconds between steps). A step's M (tokens through every linear layer)
 is its decode tokens plus the prompt tokens of the requests whose first token it emitted. With the
 GEMM timings of both backends at those M (gemm.json, interpolated), each step's FP8 GEMM time
 changes by `layers * sum over shapes (t_cand(M) - t_base(M))`; adding that to every measured step
@@ -21,7 +21,7 @@ from vse.gemm.shapes import ShapeError, llama_shapes
 from vse.rundir.records import RequestRecord
 
 # Within-step spread of chunk arrivals against the step time: a gap wider than this share of the
-# median gap between distinct steps starts a new step. 2 ms on the H200 (steps ~10 ms).
+# median gap between distinct steps starts a new step.
 STEP_GAP_SHARE = 0.2
 MIN_STEP_GAP_S = 0.0005
 

@@ -90,7 +90,7 @@ def run_repeat(
         if all(not r.success and r.error.startswith("timeout") for r in warm):
             write_jsonl(arm.records(repeat), warm, keep_text=False)  # what it saw is kept
             # A server that answers no warm-up request is hung: sending the measured run to it would
-            # only wait out the timeout a second time (issue 29: 71 s after a SIGSTOP at a 30 s timeout).
+            # only wait out the timeout a second time.
             raise ServerError(
                 f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
                 f"({warm[0].error}); the measured run was not sent"

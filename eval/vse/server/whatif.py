@@ -20,8 +20,8 @@ MIN_CC = (8, 9)
 LABEL = "what-if: not a configuration vLLM supports on this GPU"
 # What the report says about the arm's GEMM tactics, by its effective flashinfer_autotune.
 TACTICS_NOTE = {
-    False: "Its GEMM tactics are FlashInfer's defaults (autotuner off, the what-if default: on the H200 a start "
-    "that loaded tuned tactics from FlashInfer's cache crashed mid-run); CUTLASS has no autotuner "
+    False: "Its GEMM tactics are FlashInfer's defaults (autotuner off, the what-if default: a start that loaded "
+    "tuned tactics from FlashInfer's shared cache has crashed mid-run, docs/gpu.md); CUTLASS has no autotuner "
     "either, so each arm runs its library's own heuristic choice.",
     True: "FlashInfer tuned its tactics afresh at every server start, before it was healthy, into that start's "
     "own cache (kept in the run directory): every measured run used tuned tactics and starts stay "
@@ -43,14 +43,14 @@ def server_env(plugin_path: str, environ: dict[str, str]) -> dict[str, str]:
 _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})"
 
 
-AUTOTUNE_ALLOWANCE_S = 240.0  # FlashInfer tuning its FP8 GEMM tactics at a start without cached ones (H200: 197 s)
+AUTOTUNE_ALLOWANCE_S = 240.0  # FlashInfer tuning its FP8 GEMM tactics at a start without cached ones (docs/gpu.md)
 
 
 def start_estimate(spec: ArmSpec, starts_done: int, same_arm_s: float | None, last_s: float) -> float:
     """Seconds an arm's next server start (with its runs) will take, for the time budget: this arm's
     last one in this call if it made one, else the last start's plus FlashInfer's tactic tuning
-    when it will tune (a budget that left tuning out cut the H200 what-if arm's first start
-    before it was healthy): at every start with flashinfer_autotune: true, at the arm's first
+    when it will tune (a budget that leaves tuning out cuts a what-if arm's first start before it
+    is healthy): at every start with flashinfer_autotune: true, at the arm's first
     start when vLLM decides (its cache may be cold), never with autotuning off."""
     if same_arm_s is not None:
         return same_arm_s

@@ -49,7 +49,7 @@ class MetricDef:
     stat: str  # mean, median, pNN, rate
 
 
-# mJ, not J: about 64 mJ per token on the H200, which two decimals of J would round to 0.06.
+# mJ, not J: a GPU spends tens of millijoules per token, which two decimals of joules would round away.
 ENERGY = MetricDef("energy_per_output_token_mj", "Energy per output token (mJ)", False, "energy_j", "per_token")
 
 
@@ -73,10 +73,9 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
         for st in stats_:
             label = {"mean": "Mean", "median": "Median"}.get(st, st.upper())
             defs.append(MetricDef(f"{st}_{src}_ms", f"{label} {name} (ms)", False, src, st))
-    # The decode gate (README "decode gate"): per-token inter-token time, its interdecile mean. On
-    # the H200 calibration (reports/examples/h200-calibration) the median read a +2% step as +8%
-    # when the API server coalesced chunks, and the mean moved with how prefills fell into decode
-    # (A/A -1.6% [-7.3, +4.4]); the interdecile mean kept both tails out and covered every truth.
+    # Per-token inter-token time, its interdecile mean: the median moves with how the API server
+    # packs tokens into chunks, the mean with where prefills fall; the trimmed mean keeps both tails
+    # out (exploratory; docs/statistics.md "The decode gate" has the calibration behind it).
     defs.append(MetricDef("tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean"))
     # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
     # coalescing only moves a window's two ends.

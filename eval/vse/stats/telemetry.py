@@ -26,9 +26,9 @@ REASON_BITS = {
 }
 # Reasons that slow a busy GPU for a cause outside the workload (heat, an external power brake):
 # a run touched by one measured the machine room as much as the kernel. The software power cap is
-# not among them: on the H200 at this suite's loads every run of both arms sits at the 700 W limit
-# about half the time (it is how the GPU runs, and a kernel that draws more power pays for it), so
-# it is shown per run, with its share, rather than flagged.
+# not among them: at this suite's loads a GPU sits at its power limit much of the time in every run
+# of both arms (it is how the GPU runs, and a kernel that draws more power pays for it), so it is
+# shown per run, with its share, rather than flagged (docs/measurements.md has the H200's figures).
 SLOWDOWN_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 NO_TELEMETRY = "no GPU telemetry"
 

@@ -12,14 +12,9 @@ import sqlalchemy as sa
 
 from vse.history import changepoint
 from vse.history import store as history
+from vse.stats.estimate import keys_for
 
-METRICS = (
-    "output_throughput",
-    "tmean_itl_token_ms",
-    "median_ttft_first_wave_ms",
-    "median_tpot_ms",
-    "energy_per_output_token_mj",
-)
+METRICS = keys_for("trend")  # the metric registry (stats/estimate.py) says which
 
 
 @dataclass

@@ -25,6 +25,7 @@ from scipy import stats as sps
 from vse.rundir.records import RequestRecord
 from vse.stats.decode import first_wave_decode_ms
 from vse.stats.metrics import TRIM, measured
+from vse.stats.registry import ENERGY, MetricDef, keys_for, metric_defs  # noqa: F401 (the registry, re-exported)
 
 
 class Verdict(str, enum.Enum):
@@ -38,59 +39,6 @@ class Design(str, enum.Enum):
     STARTS = "server starts"  # Welch across server-start means: the gated design
     QUICK_LOOK = "quick look: one server start"  # Welch across runs of one start: optimistic
     NONE = "no interval"  # one run per arm
-
-
-@dataclass(frozen=True)
-class MetricDef:
-    key: str  # as in vLLM's result JSON, e.g. median_ttft_ms
-    label: str
-    higher_is_better: bool
-    source: str  # per-request array: ttft, tpot, e2el, itl, ttft_first, ttft_steady; or a rate's numerator
-    stat: str  # mean, median, pNN, rate
-
-
-# mJ, not J: a GPU spends tens of millijoules per token, which two decimals of joules would round away.
-ENERGY = MetricDef("energy_per_output_token_mj", "Energy per output token (mJ)", False, "energy_j", "per_token")
-
-
-def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
-    defs = [
-        MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate"),
-        MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
-        MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
-    ]
-    if goodput:
-        defs.append(MetricDef("request_goodput", "Goodput (req/s)", True, "good", "rate"))
-    names = {
-        "ttft": "TTFT",
-        "tpot": "TPOT",
-        "itl": "ITL per chunk",
-        "itl_token": "ITL per token",
-        "e2el": "E2E latency",
-    }
-    for src, name in names.items():
-        stats_ = ["mean", "median"] + [f"p{int(p) if int(p) == p else p}" for p in percentiles if p != 50]
-        for st in stats_:
-            label = {"mean": "Mean", "median": "Median"}.get(st, st.upper())
-            defs.append(MetricDef(f"{st}_{src}_ms", f"{label} {name} (ms)", False, src, st))
-    # Per-token inter-token time, its interdecile mean: the median moves with how the API server
-    # packs tokens into chunks, the mean with where prefills fall; the trimmed mean keeps both tails
-    # out (exploratory; docs/statistics.md "The decode gate" has the calibration behind it).
-    defs.append(MetricDef("tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean"))
-    # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
-    # coalescing only moves a window's two ends.
-    defs.append(
-        MetricDef("mean_decode_first_wave_ms", "Decode per token, first wave (ms)", False, "decode_first", "mean")
-    )
-    # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
-    # wave of a run hits an idle server all at once; later requests arrive one by one.
-    defs.append(MetricDef("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)", False, "ttft_first", "median"))
-    defs.append(
-        MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady", "median")
-    )
-    if energy:  # only where NVML measured every run (a GPU)
-        defs.append(ENERGY)
-    return defs
 
 
 @dataclass

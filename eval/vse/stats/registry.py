@@ -1,0 +1,98 @@
+"""The metric registry: every metric the suite computes from a run's records, defined once (key as
+in vLLM's result JSON, label, direction, the per-request array and statistic it comes from, and the
+other views that show it by name). estimate.py computes them; reports, the trend and calibration
+read their lists from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    key: str  # as in vLLM's result JSON, e.g. median_ttft_ms
+    label: str
+    higher_is_better: bool
+    source: str  # per-request array: ttft, tpot, e2el, itl, ttft_first, ttft_steady; or a rate's numerator
+    stat: str  # mean, median, pNN, rate
+    # Where else it is shown by name: "trend" (the nightly's series), "decode" (a decode measure that
+    # every calibration shows beside the gates, each planted step's truth computed for it).
+    views: frozenset[str] = frozenset()
+
+
+def keys_for(view: str) -> tuple[str, ...]:
+    """The metrics a view shows, in the registry's order."""
+    return tuple(m.key for m in metric_defs([], False, energy=True) if view in m.views)
+
+
+# mJ, not J: a GPU spends tens of millijoules per token, which two decimals of joules would round away.
+ENERGY = MetricDef(
+    "energy_per_output_token_mj", "Energy per output token (mJ)", False, "energy_j", "per_token", frozenset({"trend"})
+)
+
+
+def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
+    defs = [
+        MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate", frozenset({"trend"})),
+        MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
+        MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
+    ]
+    if goodput:
+        defs.append(MetricDef("request_goodput", "Goodput (req/s)", True, "good", "rate"))
+    names = {
+        "ttft": "TTFT",
+        "tpot": "TPOT",
+        "itl": "ITL per chunk",
+        "itl_token": "ITL per token",
+        "e2el": "E2E latency",
+    }
+    views = {
+        "median_tpot_ms": {"trend", "decode"},
+        "median_itl_ms": {"decode"},
+        "median_itl_token_ms": {"decode"},
+        "mean_itl_token_ms": {"decode"},
+    }
+    for src, name in names.items():
+        stats_ = ["mean", "median"] + [f"p{int(p) if int(p) == p else p}" for p in percentiles if p != 50]
+        for st in stats_:
+            label = {"mean": "Mean", "median": "Median"}.get(st, st.upper())
+            key = f"{st}_{src}_ms"
+            defs.append(MetricDef(key, f"{label} {name} (ms)", False, src, st, frozenset(views.get(key, ()))))
+    # Per-token inter-token time, its interdecile mean: the median moves with how the API server
+    # packs tokens into chunks, the mean with where prefills fall; the trimmed mean keeps both tails
+    # out (exploratory; docs/statistics.md "The decode gate" has the calibration behind it).
+    defs.append(
+        MetricDef(
+            "tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean", frozenset({"decode"})
+        )
+    )
+    # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
+    # coalescing only moves a window's two ends.
+    defs.append(
+        MetricDef(
+            "mean_decode_first_wave_ms",
+            "Decode per token, first wave (ms)",
+            False,
+            "decode_first",
+            "mean",
+            frozenset({"trend", "decode"}),
+        )
+    )
+    # Prefill speed on a bursty closed loop, split so each is stable (README "TTFT"): the first
+    # wave of a run hits an idle server all at once; later requests arrive one by one.
+    defs.append(
+        MetricDef(
+            "median_ttft_first_wave_ms",
+            "Median TTFT, first wave (ms)",
+            False,
+            "ttft_first",
+            "median",
+            frozenset({"trend"}),
+        )
+    )
+    defs.append(
+        MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady", "median")
+    )
+    if energy:  # only where NVML measured every run (a GPU)
+        defs.append(ENERGY)
+    return defs

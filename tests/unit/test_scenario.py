@@ -219,3 +219,19 @@ def test_a_binary_scenario_and_an_unquoted_override_are_named(tmp_path):
         load_scenario(binary)
     with pytest.raises(ScenarioError, match=r"override 'accuracy.limit=\{gsm8k:': its value is not YAML .*quote"):
         load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["accuracy.limit={gsm8k:"])
+
+
+def test_a_gate_on_the_first_wave_decode_needs_a_closed_loop_one_length_and_usage_per_chunk():
+    gate = "gates.performance=[{metric: mean_decode_first_wave_ms, max_worse_pct: 5}]"
+    with pytest.raises(ScenarioError, match="mean_decode_first_wave_ms needs workload.usage_per_chunk: true"):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=[gate])
+    with pytest.raises(ScenarioError, match="a closed loop"):
+        load_scenario(
+            "scenarios/cpu-smoke.yaml", overrides=[gate, "workload.usage_per_chunk=true", "workload.request_rate=4"]
+        )
+    with pytest.raises(ScenarioError, match="outputs of one length"):
+        load_scenario(
+            "scenarios/cpu-smoke.yaml",
+            overrides=[gate, "workload.usage_per_chunk=true", "workload.dataset.range_ratio=0.5"],
+        )
+    load_scenario("scenarios/cpu-smoke.yaml", overrides=[gate, "workload.usage_per_chunk=true"])

@@ -39,8 +39,7 @@ def main(gguf: str, out: str, dtype: str = "float32") -> None:
     cfg = model.config.to_dict()
     cfg.pop("quantization_config", None)  # the dequantized weights are plain floats
     cfg["architectures"] = [type(model).__name__]
-    cfg["torch_dtype"] = dtype
-    cfg.pop("dtype", None)
+    cfg["torch_dtype"] = cfg["dtype"] = dtype  # both spellings: transformers 5 reads dtype, older ones torch_dtype
     cfg["tie_word_embeddings"] = tied
     (dst / "config.json").write_text(json.dumps(cfg, indent=2))
     tok.save_pretrained(dst)

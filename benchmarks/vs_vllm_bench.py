@@ -31,12 +31,12 @@ from vse.errors import SuiteError
 from vse.loadgen.benchmark import run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.models import sources as models
-from vse.rundir.rawdata import repeat_metrics
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
 from vse.server import metrics as server_metrics
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats import metrics
+from vse.stats.metrics import repeat_metrics
 
 KEYS = [
     ("output_throughput", "Output throughput (tok/s)", 0.02),

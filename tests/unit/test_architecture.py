@@ -160,3 +160,17 @@ def test_no_module_is_over_about_400_lines():
         if "plugins" not in f.parts and (n := len(f.read_text().splitlines())) > 420
     }
     assert long == {}
+
+
+def test_every_benchmark_script_imports():
+    """benchmarks/ is outside mypy's files and the package: a name moved inside vse must not leave a
+    script behind that fails at its first line (vs_vllm_bench.py once did, found by CI)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        for f in sorted((ROOT / "benchmarks").glob("*.py")):
+            importlib.import_module(f.stem)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))

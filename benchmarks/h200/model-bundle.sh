@@ -31,7 +31,7 @@ plat=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 lock() { grep -E "^$1==" requirements.lock | grep -v "python_full_version < '3.11'" | head -1 | cut -d' ' -f1; }
 pkgs=(lm-eval chardet dataproperty datasets evaluate mbstrdecoder more-itertools multiprocess nltk pathvalidate
-      pytablewriter tabledata tcolorpy tenacity typepy truststore fsspec)
+      pytablewriter tabledata tcolorpy tenacity typepy truststore fsspec pytz)
 python3 -m pip download -q "${plat[@]}" -d "$stage/wheels" $(for p in "${pkgs[@]}"; do lock "$p"; done) 2>&1 | grep -v WARNING || true
 # three of them are sdists only: built here (pure Python)
 python3 -m pip wheel -q --no-deps -w "$stage/wheels" $(for p in rouge-score sqlitedict word2number; do lock "$p"; done) 2>&1 | grep -v WARNING || true

@@ -90,6 +90,16 @@ class Arms(Strict):
     candidate: ArmSpec
 
 
+class GateFamily(str, enum.Enum):
+    """What a gate decides. gates.require names the families a decision may not go without."""
+
+    ACCURACY = "accuracy"
+    AGREEMENT = "agreement"
+    FIDELITY = "fidelity"
+    PERFORMANCE = "performance"
+    COMPLETENESS = "completeness"  # every request answered, every question evaluated: a precondition
+
+
 class DatasetKind(str, enum.Enum):
     RANDOM = "random"
     SHAREGPT = "sharegpt"
@@ -221,7 +231,7 @@ class GatesSpec(Strict):
     performance: list[PerfGate] = []
     # Gates a decision may not go without (a release run): one that is N/A or was never measured
     # makes the run INCONCLUSIVE instead of letting it pass unmeasured.
-    require: list[Literal["accuracy", "agreement", "fidelity"]] = []
+    require: list[GateFamily] = []
 
 
 class SweepSpec(Strict):

@@ -281,3 +281,32 @@ def test_the_h200_mde_projection_rebuilds_from_the_committed_runs():
     assert "| plant-0.85ms (+0.85 ms per all step) | FAIL 1.000 |" in r.stdout
     assert "| output_throughput | 0.000% | 0.270% (14) |" in r.stdout  # run-to-run noise only
     assert "| 2 | 0.995 | 3.86 | 22.2 |" in r.stdout  # the committed design: 2 runs per start
+
+
+def test_the_real_models_gsm8k_table_passes_kernel_swaps_and_fails_a_planted_fault(tmp_path):
+    """The seed PR's second table on real weights (Qwen2.5-Coder-1.5B, FP8 static per-tensor, all
+    1,319 gsm8k questions per arm, on an H100): CUTLASS, torch._scaled_mm and FlashInfer's GEMM
+    (a labelled what-if on SM90) are non-inferior; one layer's weight scale x4 fails both filters.
+    A required accuracy gate is met by the decided non-inferiority gates (not INCONCLUSIVE)."""
+    ex = ROOT / "reports" / "examples" / "h100-qwen2.5-1.5b-gsm8k"
+    flex, strict = "gsm8k/exact_match,flexible-extract", "gsm8k/exact_match,strict-match"
+    seen = {}
+    for case in ("cutlass-vs-torch", "flashinfer-whatif", "fault-layer0-x4"):
+        run = unpack(ex / case, tmp_path / case)
+        assert report(run).returncode == 1, case  # every case fails the output agreement gate (see its README)
+        res = json.loads((run / "results.json").read_text())
+        gates = {g["name"].split(" non-inferior")[0]: g for g in res["gates"]}
+        assert not any("(required)" in name for name in gates)
+        seen[case] = (
+            [
+                round(res["arms"][a]["accuracy"]["scores"][k], 4)
+                for a in ("baseline", "candidate")
+                for k in (flex, strict)
+            ],
+            [gates[k]["outcome"] for k in (flex, strict)],
+        )
+    assert seen == {
+        "cutlass-vs-torch": ([0.4215, 0.4208, 0.423, 0.4193], ["pass", "pass"]),
+        "flashinfer-whatif": ([0.4215, 0.4208, 0.439, 0.4359], ["pass", "pass"]),
+        "fault-layer0-x4": ([0.4215, 0.4208, 0.0576, 0.0576], ["fail", "fail"]),
+    }

@@ -71,3 +71,34 @@ def test_the_at_margin_test_would_catch_newcombe_in_the_gate(monkeypatch):
     monkeypatch.setattr(prop, "tango_paired", prop.newcombe_paired)
     with pytest.raises(AssertionError):
         test_the_gate_itself_passes_a_candidate_losing_exactly_the_margin_at_most_alpha_over_2(200, 0.5)
+
+
+def test_a_required_accuracy_gate_is_met_by_the_non_inferiority_gates_whatever_their_names():
+    """gates.require: [accuracy] once looked for "accuracy" in gate names, which lm-eval's metric
+    keys ("gsm8k/exact_match,strict-match non-inferior") do not contain: a run whose accuracy gates
+    all decided still came out INCONCLUSIVE. The gate functions now say which family they decide."""
+    from vse.analysis.verdict import required
+    from vse.scenario import GateFamily
+
+    s = _scenario_requiring_accuracy()
+    base = _result(np.arange(200) % 2 == 0)
+    decided = gates.sample_counts(
+        "baseline", base, s.accuracy.model_copy(update={"tasks": ["t"]})
+    ) + gates.accuracy_noninferiority(base, base, s.gates)
+    assert [r.family for r in decided] == [GateFamily.COMPLETENESS, GateFamily.ACCURACY]
+    assert "accuracy" not in decided[1].name and decided[1].outcome is Outcome.PASS
+    assert required(s, decided) == []
+    # the completeness checks alone are no accuracy decision; nor is an accuracy gate that was n/a
+    (missing,) = required(s, decided[:1])
+    assert missing.outcome is Outcome.INCONCLUSIVE and "decided no accuracy gate" in missing.detail
+    weak = _result(np.arange(200) % 100 == 0)  # 2 of 200 right: no drop of the margin can be seen
+    (na,) = required(s, gates.accuracy_noninferiority(weak, weak, s.gates))
+    assert na.outcome is Outcome.INCONCLUSIVE and "not applicable here" in na.detail
+
+
+def _scenario_requiring_accuracy():
+    from conftest import ROOT
+
+    from vse.scenario_load import load_scenario
+
+    return load_scenario(ROOT / "scenarios" / "h200-qwen2.5-coder-1.5b-fp8-gsm8k.yaml")

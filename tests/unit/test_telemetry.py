@@ -2,6 +2,7 @@
 samples (tests/data/h200-nvml-samples.jsonl: one run on the H200, cut to its first seconds)."""
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,29 @@ def test_without_a_gpu_the_run_says_no_gpu_telemetry(tmp_path):
     if t.status is gt.TelemetryStatus.MEASURED:
         pytest.skip("this machine has a GPU")
     assert t.reason.startswith("no GPU telemetry: ") and t.energy_j is None and s.proc.poll() is not None
+
+
+def test_the_sampler_writes_where_a_relative_path_points_and_says_why_when_it_cannot(tmp_path, monkeypatch):
+    """The sampler runs from the folder vse is imported from; a run directory given relative to the
+    suite's own folder (reports/<run>, as on the GPU machine) once made it write nowhere, silently,
+    and every GPU run since said only "the sampler wrote nothing"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    with GpuSampler(Path("run") / "gpu.jsonl") as s:
+        pass
+    assert (tmp_path / "run" / "gpu.jsonl").is_file() and "wrote nothing" not in s.telemetry.reason
+    broken = tmp_path / "python"  # an interpreter that cannot import the sampler
+    broken.write_text(
+        "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\necho \"ModuleNotFoundError: No module named 'vse'\" >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))
+    with GpuSampler(Path("run") / "gpu2.jsonl") as s:
+        pass
+    assert s.telemetry.status is gt.TelemetryStatus.UNAVAILABLE
+    assert s.telemetry.reason == (
+        "no GPU telemetry: the sampler wrote nothing (exit 1: ModuleNotFoundError: No module named 'vse')"
+    )
 
 
 def sample(t, energy_mj, power, sm, reasons=0, util=90):

@@ -9,7 +9,7 @@ import numpy as np
 
 from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
-from vse.scenario import Scenario
+from vse.scenario import GateFamily, Scenario
 from vse.stats import estimate as stats
 from vse.stats import gates
 from vse.stats.gates import GateResult, Outcome
@@ -134,6 +134,7 @@ def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysi
                 "accuracy",
                 Outcome.NOT_APPLICABLE,
                 f"model weights are random ({s.model.random_weights_kind}): accuracy was not measured",
+                family=GateFamily.ACCURACY,
             )
         ]
     results: list[GateResult] = []
@@ -142,7 +143,12 @@ def _accuracy_gates(s: Scenario, run: dict[str, Any], arms: dict[str, ArmAnalysi
         a = accs[n]
         if a is None:
             results.append(
-                GateResult(f"{n} accuracy", Outcome.FAIL, arms[n].accuracy_status if n in arms else "arm did not run")
+                GateResult(
+                    f"{n} accuracy",
+                    Outcome.FAIL,
+                    arms[n].accuracy_status if n in arms else "arm did not run",
+                    family=GateFamily.ACCURACY,
+                )
             )
             continue
         results += gates.sample_counts(n, a, s.accuracy)
@@ -181,29 +187,25 @@ def unplanned_look(s: Scenario, arms: dict[str, ArmAnalysis]) -> str | None:
     return None
 
 
-def _family(name: str) -> str:
-    return next((f for f in ("accuracy", "agreement", "fidelity") if f in name), "")
-
-
 def required(s: Scenario, results: list[GateResult]) -> list[GateResult]:
     """gates.require: a required gate that was N/A or never measured makes the run INCONCLUSIVE."""
     out = []
     for fam in s.gates.require:
-        mine = [r for r in results if _family(r.name) == fam]
+        mine = [r for r in results if r.family == fam]
         if not mine:
             out.append(
                 GateResult(
-                    f"{fam} (required)",
+                    f"{fam.value} (required)",
                     Outcome.INCONCLUSIVE,
-                    f"gates.require names {fam}, and this run decided no {fam} gate",
+                    f"gates.require names {fam.value}, and this run decided no {fam.value} gate",
                 )
             )
         elif all(r.outcome == Outcome.NOT_APPLICABLE for r in mine):
             out.append(
                 GateResult(
-                    f"{fam} (required)",
+                    f"{fam.value} (required)",
                     Outcome.INCONCLUSIVE,
-                    f"gates.require names {fam}, and it was not applicable here: {mine[0].detail}",
+                    f"gates.require names {fam.value}, and it was not applicable here: {mine[0].detail}",
                 )
             )
     return out

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from vse.stats.telemetry import Telemetry, read_samples, summarize
+from vse.stats.telemetry import NO_TELEMETRY, Telemetry, TelemetryStatus, read_samples, summarize
 
 DEFAULT_INTERVAL_S = 0.1
 
@@ -106,10 +106,13 @@ class GpuSampler:
         self.path.unlink(missing_ok=True)
         from vse.server.process import die_with_parent  # here, not at the top: the sampler process needs none of it
 
+        # The path is absolute because the sampler runs from another folder; its stderr is kept so a
+        # sampler that dies before its first line says why in the report.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vse.loadgen.gpu_sampler", str(self.path), str(self.interval_s)],
+            [sys.executable, "-m", "vse.loadgen.gpu_sampler", str(self.path.resolve()), str(self.interval_s)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             preexec_fn=die_with_parent,
             cwd=Path(__file__).resolve().parents[2],  # the folder `vse` is imported from
         )
@@ -131,7 +134,17 @@ class GpuSampler:
                 self.proc.kill()
                 self.proc.wait()
         lines = read_samples(self.path) if self.path.is_file() else []
-        self.telemetry = summarize(lines)
+        self.telemetry = summarize(lines) if lines else self._died()
+
+    def _died(self) -> Telemetry:
+        """No line at all: the sampler failed before NVML was even tried (an import, its output file)."""
+        assert self.proc is not None
+        err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+        why = err[-1] if err else "no error output"
+        return Telemetry(
+            TelemetryStatus.UNAVAILABLE,
+            f"{NO_TELEMETRY}: the sampler wrote nothing (exit {self.proc.returncode}: {why})",
+        )
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ which is shown as such and decides nothing."""
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import ParamSpec
 
 from vse.checks.accuracy import AccuracyResult
-from vse.scenario import AccuracySpec, GatesSpec
+from vse.scenario import AccuracySpec, GateFamily, GatesSpec
 from vse.stats import proportions as prop
 from vse.stats.decide import GateInput, Outcome, decide, holm
 from vse.stats.estimate import MetricComparison
@@ -26,6 +29,23 @@ class GateResult:
     more_starts: int | None = None
     metric: str | None = None  # the comparison metric a performance gate decides
     p_fail: float | None = None  # a performance gate's p of "beyond the margin", before any Holm
+    family: GateFamily | None = None  # what it decides; set by the gate function that made it
+
+
+P = ParamSpec("P")
+
+
+def _family(family: GateFamily) -> Callable[[Callable[P, list[GateResult]]], Callable[P, list[GateResult]]]:
+    """Every result of the decorated gate function carries this family (gates.require reads it)."""
+
+    def wrap(fn: Callable[P, list[GateResult]]) -> Callable[P, list[GateResult]]:
+        @functools.wraps(fn)
+        def tagged(*args: P.args, **kwargs: P.kwargs) -> list[GateResult]:
+            return [replace(r, family=family) for r in fn(*args, **kwargs)]
+
+        return tagged
+
+    return wrap
 
 
 def _expected_samples(spec: AccuracySpec, task: str, original: int) -> int:
@@ -33,6 +53,7 @@ def _expected_samples(spec: AccuracySpec, task: str, original: int) -> int:
     return min(lim, original) if lim else original
 
 
+@_family(GateFamily.COMPLETENESS)
 def sample_counts(arm: str, acc: AccuracyResult, spec: AccuracySpec) -> list[GateResult]:
     """A run that evaluated fewer samples than asked fails instead of passing quietly."""
     out = []
@@ -58,6 +79,7 @@ def _n_effective(acc: AccuracyResult, key: str) -> tuple[int, int]:
     return int(n.get("effective", 0)), int(n.get("original", 0))
 
 
+@_family(GateFamily.ACCURACY)
 def accuracy_reference(
     arm: str, acc: AccuracyResult, spec: AccuracySpec, rtol: float, alpha: float = 0.05
 ) -> list[GateResult]:
@@ -86,6 +108,7 @@ def accuracy_reference(
     return out
 
 
+@_family(GateFamily.ACCURACY)
 def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: GatesSpec) -> list[GateResult]:
     """Candidate minus baseline accuracy, paired on the questions both answered (Tango's score
     interval; McNemar's exact p beside it); PASS when the lower bound is above -margin, FAIL
@@ -133,6 +156,7 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
     return out
 
 
+@_family(GateFamily.AGREEMENT)
 def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pending: bool = False) -> list[GateResult]:
     """Cross-arm greedy outputs against the baseline's agreement with itself. FAIL when the
     chosen tokens' mean |logprob difference| exceeds max(factor x self, floor), or when outputs
@@ -185,6 +209,7 @@ def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pend
     return _reported(res, "agreement_mode") if gates.agreement_mode == "report" else res
 
 
+@_family(GateFamily.FIDELITY)
 def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: bool = False) -> list[GateResult]:
     """The candidate no farther from the reference than the baseline, within fidelity_max_extra_pct
     (eval/vse/checks/fidelity.py): PASS when the (1 - alpha) interval of the distance ratio (geometric mean
@@ -224,10 +249,10 @@ def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: boo
 def _reported(results: list[GateResult], key: str) -> list[GateResult]:
     """A gate a scenario asked to show only (gates.<key>: report): n/a, saying what it would have decided."""
     return [
-        GateResult(
-            r.name,
-            Outcome.NOT_APPLICABLE,
-            f"reported, not gated (gates.{key}: report): would be {r.outcome.value.upper()}: {r.detail}",
+        replace(
+            r,
+            outcome=Outcome.NOT_APPLICABLE,
+            detail=f"reported, not gated (gates.{key}: report): would be {r.outcome.value.upper()}: {r.detail}",
         )
         for r in results
     ]
@@ -245,6 +270,7 @@ def failed_requests(
         Outcome.PASS if ok else Outcome.FAIL,
         f"{failed} of {total} measured requests failed (allowed: {100 * max_fraction:g}%)"
         + (f"; {kinds}" if kinds else ""),
+        family=GateFamily.COMPLETENESS,
     )
 
 
@@ -256,6 +282,7 @@ def error_kinds(errors: list[str]) -> dict[str, str]:
     return out
 
 
+@_family(GateFamily.PERFORMANCE)
 def performance(
     rows: list[MetricComparison],
     gates: GatesSpec,

@@ -67,13 +67,13 @@ shutil.move(str(next(Path("/tmp/mbundle/gguf").glob("*.gguf"))), dst)
 print("gguf at", dst)
 PY
     fi ;;
-  gsm8k)  # the real model, FP8 static per-tensor: CUTLASS against BACKEND (torch; flashinfer with
+  gsm8k)  # the real model, FP8 static per-tensor: CUTLASS against the scenario's torch (BACKEND=flashinfer with
     # SET=arms.candidate.whatif=true), gsm8k on 1,319 questions. FAULT=layer:proj:factor (with BASE_RUN):
     # the candidate is CUTLASS with that weight scale off, e.g. FAULT=0:down_proj:4
     sc=${GSM8K_SC:-scenarios/h200-qwen2.5-coder-1.5b-fp8-gsm8k.yaml} fault=()
     if [ -n "${FAULT:-}" ]; then IFS=: read -r l p x <<<"$FAULT"; BACKEND=cutlass
       fault=(--set "arms.candidate.planted_fault={layer: $l, proj: $p, factor: $x}" --set "arms.candidate.label=cutlass+fault-$l-$p-$x"); fi
-    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $sc --backend ${BACKEND:-torch} --budget $BUDGET \
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $sc ${BACKEND:+--backend $BACKEND} --budget $BUDGET \
         ${BASE_RUN:+--base-run $BASE_RUN} "${fault[@]}" $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/gsm8k.log"; pack gsm8k ;;
   preflight)
     nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"

@@ -73,6 +73,9 @@ REGISTRY: dict[Backend, BackendSpec] = {
     ),
 }
 
+# The backends with an FP8 GEMM kernel of their own: what gemm-bench times.
+FP8_KERNEL_BACKENDS = tuple(b for b, spec in REGISTRY.items() if spec.kernel_class)
+
 
 def spec(backend: Backend) -> BackendSpec:
     return REGISTRY[backend]

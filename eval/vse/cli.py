@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from vse import __version__
+from vse.backends import FP8_KERNEL_BACKENDS
 from vse.cli_compare import cmd_compare, report_run
 from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
 from vse.errors import SuiteError, UnsupportedError
@@ -117,35 +118,31 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="venvs and models (default %(default)s)")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _scenario_args(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--scenario",
+        default="scenarios/cpu-smoke.yaml",
+        help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s",
+    )
+    sp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a scenario setting (YAML value), e.g. workload.num_prompts=16",
+    )
+    sp.add_argument(
+        "--sets",
+        type=shlex.split,
+        default=[],
+        metavar="'K=V K=V'",
+        help="several overrides in one string, split as a shell splits words (make's SET)",
+    )
 
-    def scenario_args(sp):
-        sp.add_argument(
-            "--scenario",
-            default="scenarios/cpu-smoke.yaml",
-            help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s",
-        )
-        sp.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY.PATH=VALUE",
-            help="override a scenario setting (YAML value), e.g. workload.num_prompts=16",
-        )
-        sp.add_argument(
-            "--sets",
-            type=shlex.split,
-            default=[],
-            metavar="'K=V K=V'",
-            help="several overrides in one string, split as a shell splits words (make's SET)",
-        )
 
+def _add_compare(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="run both arms and compare them")
-    scenario_args(c)
+    _scenario_args(c)
     c.add_argument("--backend", default="", help="the candidate arm's GEMM backend")
     c.add_argument("--reports", default="reports", help="where run directories go (default %(default)s)")
     c.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
@@ -161,6 +158,9 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--resume", default="", help="add server starts to this run directory")
     c.set_defaults(fn=cmd_compare)
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("report", help="rebuild the reports of a run from its raw data")
     r.add_argument("run", help="a run directory (reports/<time>-<scenario>-<backend>)")
     r.add_argument("--noise-run", type=Path, default=None, help="an A/A run to show as the noise floor")
@@ -176,19 +176,32 @@ def parser() -> argparse.ArgumentParser:
         help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts",
     )
     r.set_defaults(fn=cmd_report)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="benchmark a running server by URL (external mode)")
-    scenario_args(b)
+    _scenario_args(b)
     b.add_argument("--url", required=True, help="a running OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     b.add_argument("--model", default="", help="the served model name (default: the scenario's)")
     b.add_argument("--tokenizer", default="", help="a tokenizer directory for the prompts (default: the scenario's)")
     b.add_argument("--out", default="reports/bench", help="where result.json and the records go (never overwritten)")
     b.set_defaults(fn=cmd_bench)
+
+
+def _add_gemm_bench(sub: argparse._SubParsersAction) -> None:
     gb = sub.add_parser("gemm-bench", help="time the model's FP8 GEMM shapes per backend on this GPU")
-    scenario_args(gb)
+    _scenario_args(gb)
     gb.add_argument("--out", default="reports/gemm", help="where gemm.json and its reports go")
-    gb.add_argument("--backends", default="cutlass,torch,flashinfer", help="comma-separated (default %(default)s)")
+    gb.add_argument(
+        "--backends",
+        default=",".join(b.value for b in FP8_KERNEL_BACKENDS),
+        help="comma-separated (default %(default)s)",
+    )
     gb.add_argument("--report-only", action="store_true", help="rebuild the reports from OUT/gemm.json")
     gb.set_defaults(fn=cmd_gemm_bench)
+
+
+def _add_history(sub: argparse._SubParsersAction) -> None:
     hi = sub.add_parser(
         "history",
         help="ingest finished runs (or folders of them) into the history (a SQLite path or postgresql:// URL)",
@@ -197,6 +210,9 @@ def parser() -> argparse.ArgumentParser:
     hi.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
     hi.add_argument("--examples", action="store_true", help="also ingest committed examples a walk finds")
     hi.set_defaults(fn=cmd_history)
+
+
+def _add_trend(sub: argparse._SubParsersAction) -> None:
     tr = sub.add_parser("trend", help="trend report with change points from the results history")
     tr.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
     tr.add_argument("--out", default="reports/trend", help="where trend.md and trend.html go")
@@ -207,6 +223,9 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--why", default="", help="with --ack: why it is accepted (required)")
     tr.add_argument("--by", default="", help="with --ack: who (default $BUILDKITE_BUILD_CREATOR or $USER)")
     tr.set_defaults(fn=cmd_trend)
+
+
+def _add_qualify(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
     q.add_argument("--suite", required=True, help="a list under scenarios/suites/ (release, cpu) or a file")
     q.add_argument("--reports", default="reports", help="where the qualification's folder goes")
@@ -216,6 +235,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--entry", type=int, default=0, help="run only entry N (1-based) into --out")
     q.add_argument("--aggregate", action="store_true", help="only fold --out's entry results into the index")
     q.set_defaults(fn=cmd_qualify)
+
+
+def _add_setup(sub: argparse._SubParsersAction) -> None:
     st = sub.add_parser("setup", help="create the vLLM CPU environment and the default model")
     st.add_argument(
         "--only",
@@ -223,10 +245,13 @@ def parser() -> argparse.ArgumentParser:
         help="only this part (an image builds them as layers)",
     )
     st.set_defaults(fn=cmd_setup)
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     ca = sub.add_parser(
         "calibrate", help="A/B against planted slowdowns of known size (and A/A): does each gate see them?"
     )
-    scenario_args(ca)
+    _scenario_args(ca)
     ca.add_argument("--plant-ms", default="", help="ms of work per engine step, one comparison each, e.g. 0.21,0.84")
     ca.add_argument("--aa", action="store_true", help="also the A/A (the baseline against itself)")
     ca.add_argument(
@@ -239,10 +264,33 @@ def parser() -> argparse.ArgumentParser:
     )
     ca.add_argument("--reports", default="reports", help="where the calibration's folder goes")
     ca.set_defaults(fn=cmd_calibrate)
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("check", help="validate a scenario file")
-    scenario_args(ck)
+    _scenario_args(ck)
     ck.add_argument("--backend", default="", help="the candidate arm's GEMM backend (as make check BACKEND=)")
     ck.set_defaults(fn=cmd_check)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="venvs and models (default %(default)s)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (
+        _add_compare,
+        _add_report,
+        _add_bench,
+        _add_gemm_bench,
+        _add_history,
+        _add_trend,
+        _add_qualify,
+        _add_setup,
+        _add_calibrate,
+        _add_check,
+    ):
+        add(sub)
     return p
 
 

@@ -18,18 +18,16 @@ from vse import reuse, sweep
 from vse.analysis import analyze
 from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
-from vse.gemm import bench as gemm_bench
 from vse.loadgen.benchmark import refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint
 from vse.models import sources as models
 from vse.redaction import redact, secret_values
-from vse.report import gemm as gemm_report
 from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from vse.rundir.layout import RunDir
-from vse.scenario import DEFAULT_CACHE, ArmSpec, Device, Scenario, dump
+from vse.scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
 from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats.decide import Outcome
@@ -55,7 +53,7 @@ def aa_scenario(s: Scenario) -> Scenario:
     return s.model_copy(update={"arms": s.arms.model_copy(update={"candidate": cand}), "name": f"{s.name}-aa"})
 
 
-class Orchestrator(ArmChecks):
+class Orchestrator:
     def __init__(self, s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
         self.s = s
         self.run_dir = run_dir
@@ -76,6 +74,16 @@ class Orchestrator(ArmChecks):
         self.prompt_shas: dict[int, str] = {}
         self.server_count = 0  # the next server start's number: execute() sets it once the run's arms are in place
         self.machine = machine_id()  # recorded with every server start: a RESUME may land on another machine
+        self.checks = ArmChecks(
+            s,
+            run_dir,
+            self.status,
+            self.console,
+            start_server=self.start_server,
+            prompts_for=self.prompts_for,
+            log=self.log,
+            starts_done=self.starts_done,
+        )
 
     def log(self, msg: str) -> None:
         self.console.print(f"[bold cyan]>[/] {msg}")
@@ -271,8 +279,8 @@ class Orchestrator(ArmChecks):
                         arm, srv, SWEEP_PROMPTS * (j + 1) + start * r + i, first_on_server=False, start=start, point=v
                     )
             if with_checks:
-                self.accuracy(arm, srv)
-                self.agreement(arm, srv)
+                self.checks.accuracy(arm, srv)
+                self.checks.agreement(arm, srv)
         finally:
             self.status.phase("stop server", arm=arm)
             srv.stop()
@@ -333,7 +341,7 @@ class Orchestrator(ArmChecks):
         self.server_count = run_state.next_server(self.run_dir)  # after a resumed run's or a reused arm's servers
         rs = self.s.run
         t0 = time.monotonic()
-        per_start = self.make_up_checks()
+        per_start = self.checks.make_up_checks()
         # A reused arm's starts count as made (starts_done); the plan adds more of it when a look
         # needs them, or it could never look again: 3 + 4 is no look of the plan.
         todo = self.plan(rs.max_server_starts or rs.server_starts)
@@ -359,31 +367,7 @@ class Orchestrator(ArmChecks):
             per_start.append((arm, time.monotonic() - t))
         if rs.max_server_starts:
             self.decided()
-        self.gemm_bench(None if rs.budget_s is None else rs.budget_s - (time.monotonic() - t0))
-
-    def gemm_bench(self, budget_left_s: float | None) -> None:
-        """The kernel view of this run's backends, on a GPU, once; never fails the comparison."""
-        kinds = sorted(
-            {getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS)
-        )
-        out = self.layout.gemm
-        if (
-            not self.s.run.gemm_bench
-            or self.s.server.device != Device.CUDA
-            or not kinds
-            or self.layout.gemm_result.is_file()
-            or (budget_left_s is not None and budget_left_s < 150)
-        ):
-            return
-        self.status.phase("gemm-bench")
-        try:
-            with self.console.status(f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
-                gemm_report.write_reports(gemm_bench.run(self.s, out, tuple(kinds), timeout_s=600), out, self.s)
-            self.log(f"gemm-bench: {out}/gemm.md")
-        except (SuiteError, OSError, ValueError) as e:  # the end-to-end result stands without it
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "error.txt").write_text(f"{e}\n")
-            self.log(f"gemm-bench skipped: {e}")
+        self.checks.gemm_view(None if rs.budget_s is None else rs.budget_s - (time.monotonic() - t0))
 
 
 def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:

@@ -13,27 +13,42 @@ from rich.console import Console
 from vse.checks import accuracy, agreement_probe
 from vse.checks.fidelity import Scored
 from vse.errors import SuiteError
+from vse.gemm import bench as gemm_bench
 from vse.loadgen.datasets import Prompt
+from vse.report import gemm as gemm_report
 from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, write_json
 from vse.rundir.layout import ACCURACY_RESULT, RunDir
-from vse.scenario import Scenario
+from vse.scenario import Device, Scenario
 from vse.server.process import VllmServer
+
+# The kernel view after a run: skipped with less than this left of the run's time budget, stopped
+# after the second (a device call's length).
+GEMM_VIEW_MIN_S = 150
+GEMM_VIEW_TIMEOUT_S = 600
 
 
 class ArmChecks:
-    """Mixed into the Orchestrator, which owns the attributes below."""
+    """The checks one comparison makes on its servers, and the kernel view of its backends after them. The orchestrator hands in what they need:
+    its scenario and run directory, and four of its own steps (a server start, the prompts of a
+    run, its log line, how many starts an arm has measured)."""
 
-    s: Scenario
-    run_dir: Path
-    layout: RunDir
-    status: RunStatus
-    console: Console
-    start_server: Callable[[str], VllmServer]
-    prompts_for: Callable[[int], list[Prompt]]
-    log: Callable[[str], None]
-    starts_done: Callable[[str], int]
+    def __init__(
+        self,
+        s: Scenario,
+        run_dir: Path,
+        status: RunStatus,
+        console: Console,
+        *,
+        start_server: Callable[[str], VllmServer],
+        prompts_for: Callable[[int], list[Prompt]],
+        log: Callable[[str], None],
+        starts_done: Callable[[str], int],
+    ) -> None:
+        self.s, self.run_dir, self.layout = s, run_dir, RunDir(run_dir)
+        self.status, self.console = status, console
+        self.start_server, self.prompts_for, self.log, self.starts_done = start_server, prompts_for, log, starts_done
 
     def accuracy(self, arm: str, srv: VllmServer) -> None:
         out = self.layout.arm(arm).accuracy
@@ -133,3 +148,29 @@ class ArmChecks:
                     (arm, time.monotonic() - t + run_state.mean_run_s(self.run_dir, arm) * self.s.workload.repeats)
                 )
         return made
+
+    def gemm_view(self, budget_left_s: float | None) -> None:
+        """The kernel view of this run's backends, on a GPU, once; never fails the comparison."""
+        kinds = sorted(
+            {getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS)
+        )
+        out = self.layout.gemm
+        if (
+            not self.s.run.gemm_bench
+            or self.s.server.device != Device.CUDA
+            or not kinds
+            or self.layout.gemm_result.is_file()
+            or (budget_left_s is not None and budget_left_s < GEMM_VIEW_MIN_S)
+        ):
+            return
+        self.status.phase("gemm-bench")
+        try:
+            with self.console.status(f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
+                gemm_report.write_reports(
+                    gemm_bench.run(self.s, out, tuple(kinds), timeout_s=GEMM_VIEW_TIMEOUT_S), out, self.s
+                )
+            self.log(f"gemm-bench: {out}/gemm.md")
+        except (SuiteError, OSError, ValueError) as e:  # the end-to-end result stands without it
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "error.txt").write_text(f"{e}\n")
+            self.log(f"gemm-bench skipped: {e}")

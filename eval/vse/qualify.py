@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vse import exitcodes
+from vse.backends import Backend
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.paths import suites_dir
@@ -38,7 +39,7 @@ OPTIONAL = " (optional: listed, not counted)"
 class Entry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scenario: str
-    backend: str | None = None
+    backend: Backend | None = None
     set: list[str] = []
     # True: a refusal, a skip or a lost step of this entry leaves the suite's outcome alone
     # (its index still lists it); a FAIL or a crash counts whatever this says.
@@ -95,12 +96,12 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
     runs_root.mkdir(parents=True, exist_ok=True)
     before = set(runs_root.iterdir())
     argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
-    argv += ["--backend", e.backend] if e.backend else []
+    argv += ["--backend", e.backend.value] if e.backend else []
     for s in [*suite.set, *e.set]:
         argv += ["--set", s]
     log(
         f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}"
-        + (f" BACKEND={e.backend}" if e.backend else "")
+        + (f" BACKEND={e.backend.value}" if e.backend else "")
         + f" (console: {out}/run-{i + 1}.log)"
     )
     log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
@@ -171,7 +172,7 @@ def _read_result(path: Path) -> dict | None:
 def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, out: Path) -> dict:
     r: dict[str, Any] = {
         "scenario": e.scenario,
-        "backend": e.backend,
+        "backend": e.backend.value if e.backend else None,
         "set": e.set,
         "exit_code": code,
         "outcome": NOT_RUN if code is None else OUTCOME.get(code, str(code)),
@@ -220,7 +221,7 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qual
     steps: list[dict] = [
         {
             "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
-            + (f" ({e.backend})" if e.backend else ""),
+            + (f" ({e.backend.value})" if e.backend else ""),
             "key": f"qualify-{i + 1}",
             # the candidate from a wheel the build names, in an environment of this build's own (two
             # builds on one host never share one), removed when the step ends
@@ -234,8 +235,8 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qual
             "artifact_paths": [f"{reports}/**/*"],
             # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
             # skipped (not failed) where the organisation has none.
-            "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == "flashinfer" else queue},
-            **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == "flashinfer" else {}),
+            "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == Backend.FLASHINFER else queue},
+            **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == Backend.FLASHINFER else {}),
             "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
             "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
             "timeout_in_minutes": 180,

@@ -5,6 +5,7 @@ import sys
 
 from vse import cli, compare, reuse
 from vse.analysis import load_scenario_from_run
+from vse.compare_checks import ArmChecks
 from vse.models import provision
 from vse.rundir import state as run_state
 
@@ -71,7 +72,7 @@ def fake_plan(monkeypatch, decisions=()):
         save_checks(self, arm)
 
     monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
-    monkeypatch.setattr(compare.Orchestrator, "checks_start", checks_start)
+    monkeypatch.setattr(ArmChecks, "checks_start", checks_start)
     monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
     return calls, answers
 

@@ -16,8 +16,7 @@ from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
 from vse.scenario import Scenario
-from vse.stats import estimate as stats
-from vse.stats import metrics
+from vse.stats import estimate, metrics
 from vse.stats import telemetry as gpu_telemetry
 from vse.stats.metrics import repeat_metrics
 from vse.stats.telemetry import Telemetry
@@ -32,7 +31,7 @@ class ArmAnalysis:
     backend: str
     servers: list[dict[str, Any]]
     repeats: list[dict[str, Any]]  # vLLM-shaped metrics of each repeat (per-request arrays dropped)
-    repeat_data: list[stats.RepeatData]
+    repeat_data: list[estimate.RepeatData]
     block: str  # vLLM result block of the first repeat (what the seed PR pasted)
     accuracy: accuracy.AccuracyResult | None
     accuracy_status: str
@@ -103,7 +102,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
         repeats_detailed=per,
         repeat_data=[
-            stats.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
+            estimate.repeat_data(r.records, _good_fn(s), start=st, first_wave=wave, energy_j=t.energy_j)
             for r, st, t in zip(reps, starts, tele)
         ],
         block=block,

@@ -21,8 +21,7 @@ from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
 from vse.server import planted, whatif
-from vse.stats import decide, gates, metrics
-from vse.stats import estimate as stats
+from vse.stats import decide, estimate, gates, metrics
 from vse.stats.calibration import STEPS_KEY
 from vse.stats.gates import GateResult
 
@@ -34,12 +33,12 @@ class Analysis:
     scenario: Scenario
     environment: dict[str, Any]
     arms: dict[str, ArmAnalysis]
-    comparison: list[stats.MetricComparison]
+    comparison: list[estimate.MetricComparison]
     agreement: dict[str, Any] | None
     gates: list[GateResult]
     exit_code: int
     notes: list[str]
-    noise_floor: list[stats.MetricComparison] | None = None
+    noise_floor: list[estimate.MetricComparison] | None = None
     agreement_self: dict[str, Any] | None = None
     fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/vse/checks/fidelity.py)
     disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
@@ -140,8 +139,8 @@ def _both_measured(arms: dict[str, ArmAnalysis]) -> bool:
     return all(n in arms and arms[n].repeat_data for n in ARMS)
 
 
-def _compare(s: Scenario, arms: dict[str, ArmAnalysis], excluded: dict) -> list[stats.MetricComparison]:
-    return stats.compare_arms(
+def _compare(s: Scenario, arms: dict[str, ArmAnalysis], excluded: dict) -> list[estimate.MetricComparison]:
+    return estimate.compare_arms(
         arms["baseline"].repeat_data,
         arms["candidate"].repeat_data,
         s.workload.percentiles,
@@ -151,10 +150,10 @@ def _compare(s: Scenario, arms: dict[str, ArmAnalysis], excluded: dict) -> list[
     )
 
 
-def _comparison_notes(comparison: list[stats.MetricComparison]) -> list[str]:
+def _comparison_notes(comparison: list[estimate.MetricComparison]) -> list[str]:
     if not comparison:
         return ["the comparison needs benchmark data from both arms"]
-    if comparison[0].design is stats.Design.QUICK_LOOK:
+    if comparison[0].design is estimate.Design.QUICK_LOOK:
         return [
             "one server start per arm: a quick look. Its intervals ignore start-to-start variation and "
             "are optimistic; no performance gate is decided from it (they are INCONCLUSIVE)."

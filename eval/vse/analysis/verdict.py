@@ -10,8 +10,7 @@ import numpy as np
 from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
 from vse.scenario import GateFamily, Scenario
-from vse.stats import estimate as stats
-from vse.stats import gates
+from vse.stats import estimate, gates
 from vse.stats.gates import GateResult, Outcome
 
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
@@ -31,7 +30,7 @@ DISTURBED_Z = 3.5  # robust |z| beyond which a run is far from its siblings
 def disturbed_rule() -> str:
     """find_disturbed's rule in words, from its own constants: the summary quotes this, so the
     text cannot drift from the code."""
-    defs = {m.key: m for m in stats.metric_defs([], False)}
+    defs = {m.key: m for m in estimate.metric_defs([], False)}
 
     def name(key: str) -> str:  # "Trimmed mean ITL per token (ms)" -> "trimmed mean ITL per token"
         label = defs[key].label.split(" (")[0]
@@ -78,18 +77,18 @@ def _far_runs(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> dict[st
     against its arm's median and the deviations of both arms pooled: the scale of normal run-to-run
     noise then comes from every run (a small CPU wobbles by percents, a GPU by tenths), not from the three
     or four runs of one arm."""
-    defs = {m.key: m for m in stats.metric_defs(percentiles, False)}
+    defs = {m.key: m for m in estimate.metric_defs(percentiles, False)}
     flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}
     for key, min_rel in HEALTH_METRICS.items():
-        if not all(np.isfinite(stats.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):
+        if not all(np.isfinite(estimate.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):
             key = HEALTH_FALLBACK.get(key, key)
         resid = []
         for name, arm in arms.items():
-            vals = [stats.point_value(d, defs[key]) for d in arm.repeat_data]
+            vals = [estimate.point_value(d, defs[key]) for d in arm.repeat_data]
             med = float(np.median(vals)) if vals else float("nan")
             if np.isfinite(med) and med > 0:  # an arm whose every request failed has nothing to compare
                 resid += [(name, i, v, med) for i, v in enumerate(vals)]
-        for j in stats.disturbed_runs([v / med for _, _, v, med in resid], z_limit=DISTURBED_Z, min_rel=min_rel):
+        for j in estimate.disturbed_runs([v / med for _, _, v, med in resid], z_limit=DISTURBED_Z, min_rel=min_rel):
             name, i, v, med = resid[j]
             flags[name].setdefault(i, []).append(f"{defs[key].label} {v:,.2f} vs median {med:,.2f}")
     return flags

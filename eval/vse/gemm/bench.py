@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vse.backends import FP8_KERNEL_BACKENDS
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.gemm import shapes as gemm_shapes
@@ -17,7 +18,8 @@ from vse.rundir.files import write_json
 from vse.scenario import Scenario
 from vse.server import preflight
 
-BACKENDS = ("cutlass", "torch", "flashinfer")
+BACKENDS = tuple(b.value for b in FP8_KERNEL_BACKENDS)  # timing.py runs them by these names
+TIMING_SCRIPT = Path(__file__).with_name("timing.py")  # run in vLLM's Python, not imported
 
 
 def model_config(s: Scenario) -> dict:
@@ -49,10 +51,9 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
     p = plan(s, backends)
     write_json(out / "plan.json", p)
     python = (s.arms.baseline.vllm or s.server.vllm).python or sys.executable
-    script = Path(__file__).with_name("gemm_timing.py")
     try:
         proc = subprocess.run(
-            [python, str(script), str(out / "plan.json"), str(out / "gemm.json")],
+            [python, str(TIMING_SCRIPT), str(out / "plan.json"), str(out / "gemm.json")],
             stderr=subprocess.PIPE,
             text=True,
             timeout=timeout_s,

@@ -2,7 +2,7 @@
 per-tensor scales, in the layout vLLM's `fp8` quantization loads (AutoFP8's: float8_e4m3fn
 weights, scalar float32 `weight_scale` and `input_scale` per linear layer).
 
-Runs in vLLM's Python (torch, safetensors, tokenizers), like gemm_timing.py; the suite calls it
+Runs in vLLM's Python (torch, safetensors, tokenizers), like gemm/timing.py; the suite calls it
 through checkpoint.py. Unlike --load-format dummy (weights uniform in +-0.001: a flat next-token
 distribution, every output the same degenerate token cycle), these weights are normal(0, std),
 norms 1, so the model's outputs depend on every GEMM's numerics and two kernels can disagree.

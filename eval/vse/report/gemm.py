@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vse.backends import Backend
 from vse.gemm.shapes import decode_or_prefill
 from vse.scenario import Scenario
 
 # Dense FP8 tensor rate from the datasheets (TFLOP/s, without sparsity), by GPU name.
 DATASHEET_FP8_TFLOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0, "B200": 4500.0}
-REFERENCE = "cutlass"
+REFERENCE = Backend.CUTLASS.value
 
 
 def datasheet(gpu: str) -> float | None:

@@ -16,7 +16,7 @@ from vse.rundir import seal
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import dump
-from vse.stats import estimate as stats
+from vse.stats import estimate
 
 SCHEMA_VERSION = 2  # 2: arms.*.runs (every metric of every run) and raw_files (what it was computed from)
 
@@ -36,7 +36,7 @@ def _clean(x: Any) -> Any:
 def render(a: Analysis) -> dict[str, Any]:
     arms = {}
     w = a.scenario.workload
-    defs = stats.metric_defs(w.percentiles, w.goodput is not None, energy=True)
+    defs = estimate.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
         vllm_results = [vllm_files.result_json(a, arm, m, detailed=False) for m in arm.repeats]
@@ -56,7 +56,7 @@ def render(a: Analysis) -> dict[str, Any]:
             "gpu_telemetry": [t.to_json() for t in arm.telemetry],  # per repeat
             # every run-level metric of every run (the history's rows; what the comparison's start means are made of)
             "runs": [
-                {"server_start": d.start, "metrics": {m.key: stats.point_value(d, m) for m in defs}}
+                {"server_start": d.start, "metrics": {m.key: estimate.point_value(d, m) for m in defs}}
                 for d in arm.repeat_data
             ],
         }

@@ -14,8 +14,7 @@ from vse.analysis import Analysis
 from vse.analysis.load import ArmAnalysis
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import RunDir
-from vse.stats import estimate as stats
-from vse.stats import metrics
+from vse.stats import estimate, metrics
 
 CSV_FIELDS = ("run", "arm", "label", "backend", "repeat", "server_start", "metric", "value")
 
@@ -63,13 +62,13 @@ def write(a: Analysis, detailed: bool = False) -> None:
 
 def csv_text(a: Analysis) -> str:
     w = a.scenario.workload
-    defs = stats.metric_defs(w.percentiles, w.goodput is not None, energy=True)
+    defs = estimate.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_FIELDS)
     for name, arm in a.arms.items():
         for k, d in enumerate(arm.repeat_data):
             for m in defs:
-                if math.isfinite(v := stats.point_value(d, m)):
+                if math.isfinite(v := estimate.point_value(d, m)):
                     out.writerow((a.run_dir.name, name, arm.label, arm.backend, k, d.start, m.key, f"{v:.6g}"))
     return buf.getvalue()

@@ -28,7 +28,7 @@ import vllm_bench_cli
 
 from vse.cli import _sigterm
 from vse.errors import SuiteError
-from vse.loadgen.benchmark import run_repeat
+from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.models import sources as models
 from vse.scenario import DEFAULT_CACHE
@@ -185,15 +185,11 @@ def main() -> None:
 
             def ours() -> None:
                 res = run_repeat(
-                    srv.url,
-                    s.model.served_name,
-                    prompts[: w.num_prompts],
+                    Target(srv.url, s.model.served_name),
+                    RunPrompts(prompts[: w.num_prompts], sha, m.tokenizer, warmup=prompts[w.num_prompts :]),
                     w,
                     out / "suite",
                     repeat=k,
-                    tokenizer_path=m.tokenizer,
-                    prompts_sha=sha,
-                    warmup=prompts[w.num_prompts :],
                 )
                 got = {**repeat_metrics(res, w.percentiles, w.goodput), **server_view(res.meta["server_metrics_delta"])}
                 rows["suite client"].append({key: got.get(key) for key, _, _ in KEYS})

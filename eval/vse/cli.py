@@ -51,7 +51,7 @@ def cmd_report(args) -> int:
 
 def cmd_bench(args) -> int:
     """Benchmark an already-running server by URL (external mode); nothing is started."""
-    from vse.loadgen.benchmark import run_repeat
+    from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
     from vse.loadgen.datasets import build_prompts, save_prompts
     from vse.stats import metrics
     from vse.stats.metrics import repeat_metrics
@@ -67,15 +67,11 @@ def cmd_bench(args) -> int:
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
     sha = save_prompts(out / "prompts.jsonl", prompts)
     res = run_repeat(
-        args.url,
-        args.model or s.model.served_name,
-        prompts[: w.num_prompts],
+        Target(args.url, args.model or s.model.served_name),
+        RunPrompts(prompts[: w.num_prompts], sha, tok, warmup=prompts[w.num_prompts :]),
         w,
         out,
         repeat=0,
-        tokenizer_path=tok,
-        prompts_sha=sha,
-        warmup=prompts[w.num_prompts :],
     )
     m = repeat_metrics(res, w.percentiles, w.goodput)
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))

@@ -18,7 +18,7 @@ from vse import reuse, sweep
 from vse.analysis import analyze
 from vse.compare_checks import ArmChecks
 from vse.errors import SuiteError
-from vse.loadgen.benchmark import refusal_message, refused_every, run_repeat
+from vse.loadgen.benchmark import RunPrompts, Target, refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint
 from vse.models import sources as models
@@ -228,16 +228,11 @@ class Orchestrator:
         ) as prog:
             task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}{where}", total=len(measured))
             res = run_repeat(
-                srv.url,
-                self.s.model.served_name,
-                measured,
+                Target(srv.url, self.s.model.served_name, srv.cfg.api_key()),
+                RunPrompts(measured, self.prompt_shas[k], self.model.tokenizer, warmup=warm),
                 w,
                 out / arm,
                 repeat=k,
-                api_key=srv.cfg.api_key(),
-                tokenizer_path=self.model.tokenizer,
-                prompts_sha=self.prompt_shas[k],
-                warmup=warm,
                 on_done=lambda _r: prog.advance(task),
                 extra_meta={"server_start": start, "server": self.server_count - 1},
             )

@@ -15,7 +15,7 @@ from vse import cli
 from vse.backends import Backend
 from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError
-from vse.loadgen.benchmark import run_repeat
+from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.scenario import (
     AccuracySpec,
@@ -86,15 +86,7 @@ def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
     prompts = build_prompts(w.dataset, 24 + 2, str(MODEL))
     sha = save_prompts(tmp_path / "p.jsonl", prompts)
     res = run_repeat(
-        live.url,
-        "smollm2",
-        prompts[:24],
-        w,
-        tmp_path,
-        repeat=0,
-        tokenizer_path=str(MODEL),
-        prompts_sha=sha,
-        warmup=prompts[24:],
+        Target(live.url, "smollm2"), RunPrompts(prompts[:24], sha, str(MODEL), prompts[24:]), w, tmp_path, 0
     )
     measured = [r for r in res.records if r.phase == "measure"]
     assert len(measured) == 24 and all(r.success for r in measured), [r.error for r in measured]

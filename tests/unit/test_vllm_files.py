@@ -53,3 +53,20 @@ def test_results_csv_has_a_row_per_run_and_metric(tmp_path):
     tp = [r for r in rows if r["metric"] == "output_throughput"]
     assert len(tp) == 8 and {r["arm"] for r in tp} == {"baseline", "candidate"}
     assert {r["metric"] for r in rows} >= {"tmean_itl_token_ms", "median_ttft_ms", "median_tpot_ms"}
+
+
+def test_every_registered_report_format_is_written_and_one_entry_adds_one(tmp_path, monkeypatch):
+    """report.FORMATS is where a format is added: one entry, and every run's reports include it."""
+    from vse.rundir.layout import RunDir
+
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    run = write_run(tmp_path / "r", {"baseline": same, "candidate": same})
+    tsv = report.ReportFormat(
+        lambda d: d.path / "gates.tsv", lambda a: "".join(f"{g.name}\t{g.outcome.value}\n" for g in a.gates)
+    )
+    monkeypatch.setitem(report.FORMATS, "tsv", tsv)
+    report.build(run)
+    names = {f.path(RunDir(run)).name for f in report.FORMATS.values()}
+    assert names == {"summary.md", "results.json", "report.html", "results.csv", "gates.tsv"}
+    assert all((run / n).is_file() for n in names)
+    assert (run / "gates.tsv").read_text().endswith("\tpass\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -50,85 +51,86 @@ def refusal_message(status: int, what: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Target:
+    """The live server a run is sent to."""
+
+    url: str
+    model: str  # the served model name
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPrompts:
+    """One run's prompts: the measured ones, the warm-up before them, and what they were made with."""
+
+    measured: list[Prompt]
+    sha256: str  # of the saved prompts file, recorded with the run
+    tokenizer_path: str | None  # counts output tokens where the server reports none
+    warmup: Sequence[Prompt] = ()
+
+
 def run_repeat(
-    base_url: str,
-    model: str,
-    prompts: list[Prompt],
+    target: Target,
+    prompts: RunPrompts,
     w: WorkloadSpec,
     out: Path,
-    *,
     repeat: int,
-    tokenizer_path: str | None,
-    prompts_sha: str,
-    warmup: Sequence[Prompt] = (),
+    *,
     extra_meta: dict | None = None,
     on_done: Callable[[RequestRecord], None] | None = None,
-    api_key: str | None = None,
 ) -> RepeatResult:
     params = RequestParams(
-        base_url,
-        model,
+        target.url,
+        target.model,
         w.endpoint,
         w.ignore_eos,
         w.temperature,
         w.request_timeout_s,
         w.usage_per_chunk,
         w.read_timeout_s,
-        api_key,
+        target.api_key,
     )
     count = None
-    if tokenizer_path:
-        tok = load_tokenizer(tokenizer_path)
+    if prompts.tokenizer_path:
+        tok = load_tokenizer(prompts.tokenizer_path)
         count = lambda text: len(tok.encode(text, add_special_tokens=False).ids)
     shape, arm = shape_of(w, seed=repeat), ArmDir(out)
-    warm: list[RequestRecord] = []
-    if warmup:
-        warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
-        if (status := refused_every(warm)) is not None:
-            write_jsonl(arm.records(repeat), warm, keep_text=False)
-            raise ServerError(refusal_message(status, f"all {len(warm)} warm-up requests of run {repeat + 1}"))
-        if all(not r.success and r.error.startswith("timeout") for r in warm):
-            write_jsonl(arm.records(repeat), warm, keep_text=False)  # what it saw is kept
-            # A server that answers no warm-up request is hung: sending the measured run to it would
-            # only wait out the timeout a second time.
-            raise ServerError(
-                f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
-                f"({warm[0].error}); the measured run was not sent"
-            )
+    warm = _warm_up(params, prompts.warmup, shape, count, arm, repeat)
     try:  # after the warm-up, so the server's deltas cover exactly the measured requests
-        before = server_metrics.scrape(base_url)
+        before = server_metrics.scrape(target.url)
     except OSError:
         before = None
     # NVML samples cover exactly the measured load (not the warm-up): energy per token is this run's.
     with GpuSampler(arm.gpu_samples(repeat)) as gpu:
         result = run_load(
             params,
-            prompts,
+            prompts.measured,
             shape,
             processes=w.client_processes,
-            tokenizer_path=tokenizer_path,
+            tokenizer_path=prompts.tokenizer_path,
             count_tokens=count,
             on_done=on_done,
         )
     server_delta = None
     if before is not None:
         try:
-            server_delta = server_metrics.delta(before, server_metrics.scrape(base_url))
+            server_delta = server_metrics.delta(before, server_metrics.scrape(target.url))
         except OSError:
             server_delta = None
     meta = {
         "repeat": repeat,
-        "base_url": base_url,
-        "model": model,
+        "base_url": target.url,
+        "model": target.model,
         "endpoint": w.endpoint.value,
-        "num_prompts": len(prompts),
+        "num_prompts": len(prompts.measured),
         "max_concurrency": w.max_concurrency,
         "request_rate": None if math.isinf(w.request_rate) else w.request_rate,
         "burstiness": w.burstiness,
         "warmup_requests": w.warmup_requests,
         "duration_s": w.duration_s,
         "client_processes": result.processes,
-        "prompts_sha256": prompts_sha,
+        "prompts_sha256": prompts.sha256,
         "loop_lag_ms": result.loop_lag_ms,
         "started_ns": result.started_ns,
         "ended_ns": result.ended_ns,
@@ -136,15 +138,46 @@ def run_repeat(
         "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),
     }
+    _save(arm, repeat, warm, result.records, meta)
+    return RepeatResult(warm + result.records, meta)
+
+
+def _warm_up(
+    params: RequestParams,
+    warmup: Sequence[Prompt],
+    shape: LoadShape,
+    count: Callable[[str], int] | None,
+    arm: ArmDir,
+    repeat: int,
+) -> list[RequestRecord]:
+    """The warm-up requests' records; a server that refused or answered none of them ends the run here,
+    its records kept."""
+    if not warmup:
+        return []
+    warm = run_load(params, list(warmup), shape, phase="warmup", count_tokens=count).records
+    if (status := refused_every(warm)) is not None:
+        write_jsonl(arm.records(repeat), warm, keep_text=False)
+        raise ServerError(refusal_message(status, f"all {len(warm)} warm-up requests of run {repeat + 1}"))
+    if all(not r.success and r.error.startswith("timeout") for r in warm):
+        write_jsonl(arm.records(repeat), warm, keep_text=False)  # what it saw is kept
+        # A server that answers no warm-up request is hung: sending the measured run to it would
+        # only wait out the timeout a second time.
+        raise ServerError(
+            f"server hung: all {len(warm)} warm-up requests of run {repeat + 1} timed out "
+            f"({warm[0].error}); the measured run was not sent"
+        )
+    return warm
+
+
+def _save(arm: ArmDir, repeat: int, warm: list[RequestRecord], measured: list[RequestRecord], meta: dict) -> None:
     # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing
     # a statistic needs (the agreement probe keeps the outputs that matter).
-    write_jsonl(arm.records(repeat), warm + result.records, keep_text=False)
+    write_jsonl(arm.records(repeat), warm + measured, keep_text=False)
     write_json(arm.meta(repeat), meta)  # after the records: a run is finished once its meta exists
     run_dir = arm.path.parent
     if RunDir(run_dir).run_json.is_file():  # a run directory's arm (`vse bench` writes to a plain folder)
-        counts = {"measured": len(result.records), "warmup": len(warm)}
+        counts = {"measured": len(measured), "warmup": len(warm)}
         rel = f"{arm.path.name}/{arm.records(repeat).name}"
         # The GPU samples too: a report computes energy per token from them.
         kept = [arm.records(repeat), arm.meta(repeat)] + [p for p in [arm.gpu_samples(repeat)] if p.is_file()]
         seal.add(run_dir, kept, {rel: counts})
-    return RepeatResult(warm + result.records, meta)

@@ -1,14 +1,34 @@
-"""Reports, rebuilt from a run directory at any time: summary.md (paste-ready), results.json
-(versioned, machine-readable) and report.html (self-contained, with plots)."""
+"""Reports, rebuilt from a run directory at any time: the formats below (summary.md, paste-ready;
+results.json, versioned and machine-readable; report.html, self-contained with plots; results.csv,
+one row per run and metric) and vLLM's own result file per run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from vse.analysis import Analysis, analyze
 from vse.report import html, markdown, results_json, vllm_files
-from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.files import atomic_write_text, json_text
 from vse.rundir.layout import RunDir
+
+
+@dataclass(frozen=True)
+class ReportFormat:
+    """One report file of every run: where it goes in the run directory and how it is made."""
+
+    path: Callable[[RunDir], Path]
+    render: Callable[[Analysis], str]
+
+
+# Adding a report format is one entry here (and the module that renders it).
+FORMATS: dict[str, ReportFormat] = {
+    "markdown": ReportFormat(lambda d: d.summary, markdown.render),
+    "json": ReportFormat(lambda d: d.results, lambda a: json_text(results_json.render(a))),
+    "html": ReportFormat(lambda d: d.html, html.render),
+    "csv": ReportFormat(lambda d: d.results_csv, vllm_files.csv_text),
+}
 
 
 def build(
@@ -23,8 +43,6 @@ def build(
 
 def write(a: Analysis, vllm_detailed: bool = False) -> None:
     vllm_files.write(a, detailed=vllm_detailed)
-    run_dir = a.run_dir
-    layout = RunDir(run_dir)
-    atomic_write_text(layout.summary, markdown.render(a))
-    write_json(layout.results, results_json.render(a))
-    atomic_write_text(layout.html, html.render(a))
+    layout = RunDir(a.run_dir)
+    for fmt in FORMATS.values():
+        atomic_write_text(fmt.path(layout), fmt.render(a))

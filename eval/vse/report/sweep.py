@@ -9,13 +9,9 @@ from typing import Any
 from vse.analysis import Analysis, fmt_pct
 from vse.report.plots import plt, svg
 from vse.stats.decide import Outcome
+from vse.stats.registry import metric_defs
 
-SHOWN = (
-    ("output_throughput", "Output tok/s"),
-    ("median_itl_ms", "Median ITL (ms)"),
-    ("median_tpot_ms", "Median TPOT (ms)"),
-    ("median_ttft_first_wave_ms", "Median TTFT, first wave (ms)"),
-)
+SHOWN = tuple((m.key, m.label) for m in metric_defs([], False) if "sweep" in m.views)
 PREDICTED = (("output_throughput", "throughput"), ("median_itl_ms", "ITL"))
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 

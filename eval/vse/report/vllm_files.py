@@ -12,7 +12,7 @@ from datetime import datetime
 
 from vse.analysis import Analysis
 from vse.analysis.load import ArmAnalysis
-from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.files import write_json
 from vse.rundir.layout import RunDir
 from vse.stats import estimate, metrics
 
@@ -53,11 +53,11 @@ def tokenizer_id(arm: ArmAnalysis) -> str:
 
 
 def write(a: Analysis, detailed: bool = False) -> None:
+    """vLLM's result file for every run of every arm (the one-file-per-run format)."""
     for name, arm in a.arms.items():
         out = RunDir(a.run_dir).arm(name)
         for k, m in enumerate(arm.repeats_detailed):
             write_json(out.vllm_result(k), result_json(a, arm, m, detailed))
-    atomic_write_text(RunDir(a.run_dir).results_csv, csv_text(a))
 
 
 def csv_text(a: Analysis) -> str:

@@ -47,8 +47,12 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def json_text(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
 def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    atomic_write_text(path, json_text(data))
 
 
 def read_json(path: Path) -> Any:

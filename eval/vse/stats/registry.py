@@ -16,7 +16,8 @@ class MetricDef:
     source: str  # per-request array: ttft, tpot, e2el, itl, ttft_first, ttft_steady; or a rate's numerator
     stat: str  # mean, median, pNN, rate
     # Where else it is shown by name: "trend" (the nightly's series), "decode" (a decode measure that
-    # every calibration shows beside the gates, each planted step's truth computed for it).
+    # every calibration shows beside the gates, each planted step's truth computed for it), "sweep"
+    # (a column of the load sweep's table and a curve of its plots).
     views: frozenset[str] = frozenset()
 
 
@@ -33,7 +34,9 @@ ENERGY = MetricDef(
 
 def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
     defs = [
-        MetricDef("output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate", frozenset({"trend"})),
+        MetricDef(
+            "output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate", frozenset({"trend", "sweep"})
+        ),
         MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
         MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
     ]
@@ -47,8 +50,8 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
         "e2el": "E2E latency",
     }
     views = {
-        "median_tpot_ms": {"trend", "decode"},
-        "median_itl_ms": {"decode"},
+        "median_tpot_ms": {"trend", "decode", "sweep"},
+        "median_itl_ms": {"decode", "sweep"},
         "median_itl_token_ms": {"decode"},
         "mean_itl_token_ms": {"decode"},
     }
@@ -87,7 +90,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
             False,
             "ttft_first",
             "median",
-            frozenset({"trend"}),
+            frozenset({"trend", "sweep"}),
         )
     )
     defs.append(

@@ -27,7 +27,7 @@ from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from vse.rundir.layout import RunDir
-from vse.scenario import DEFAULT_CACHE, ArmSpec, Scenario, dump
+from vse.scenario import ARMS, DEFAULT_CACHE, ArmSpec, Scenario, dump
 from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats.decide import Outcome
@@ -95,7 +95,7 @@ class Orchestrator:
         preflight.check_pythons({n: self.arm_python(n) for n in self.s.server_arms()})
         self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
-        pythons = {n: self.arm_python(n) for n in ("baseline", "candidate")}
+        pythons = {n: self.arm_python(n) for n in ARMS}
         if not self.layout.environment.is_file():
             write_json(self.layout.environment, capture_environment(pythons, gpus))
         w = self.s.workload
@@ -343,7 +343,7 @@ class Orchestrator:
         for arm, start in todo:
             if start < self.starts_done(arm):
                 continue  # measured by an earlier call (RESUME)
-            both = [self.starts_done(a) for a in ("baseline", "candidate")]
+            both = [self.starts_done(a) for a in ARMS]
             if start >= rs.server_starts and both == [start, start] and self.decided():
                 return  # a look between pairs beyond the first server_starts: every gate decided
             if (

@@ -20,7 +20,7 @@ from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, write_json
 from vse.rundir.layout import ACCURACY_RESULT, RunDir
-from vse.scenario import Device, Scenario
+from vse.scenario import ARMS, Device, Scenario
 from vse.server.process import VllmServer
 
 # The kernel view after a run: skipped with less than this left of the run's time budget, stopped
@@ -139,7 +139,7 @@ class ArmChecks:
         made = []
         if not run_state.checks_saved(self.run_dir, self.s, "reference"):  # only with agreement.reference
             self.checks_start("reference")
-        for arm in ("baseline", "candidate"):
+        for arm in ARMS:
             if self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
                 self.log(f"{arm}: its checks were not saved by the call that measured it: one server start for them")
                 t = time.monotonic()
@@ -151,9 +151,7 @@ class ArmChecks:
 
     def gemm_view(self, budget_left_s: float | None) -> None:
         """The kernel view of this run's backends, on a GPU, once; never fails the comparison."""
-        kinds = sorted(
-            {getattr(self.s.arms, a).backend.value for a in ("baseline", "candidate")} & set(gemm_bench.BACKENDS)
-        )
+        kinds = sorted({getattr(self.s.arms, a).backend.value for a in ARMS} & set(gemm_bench.BACKENDS))
         out = self.layout.gemm
         if (
             not self.s.run.gemm_bench

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -88,6 +88,11 @@ class ArmSpec(Strict):
 class Arms(Strict):
     baseline: ArmSpec
     candidate: ArmSpec
+
+
+# The two compared arms, in the order every report lists them.
+ArmName = Literal["baseline", "candidate"]
+ARMS: tuple[str, ...] = get_args(ArmName)
 
 
 class GateFamily(str, enum.Enum):
@@ -247,7 +252,7 @@ class SweepSpec(Strict):
 
 
 class RunSpec(Strict):
-    order: list[Literal["baseline", "candidate"]] = ["baseline", "candidate"]
+    order: list[ArmName] = list(get_args(ArmName))
     # Server starts per arm (the replication unit), run in A B B A ... order; each start runs
     # workload.repeats runs. One start per arm is a quick look that never gates.
     server_starts: int = Field(2, ge=1, le=100)
@@ -278,7 +283,7 @@ class RunSpec(Strict):
     @field_validator("order")
     @classmethod
     def _both(cls, v: list[str]) -> list[str]:
-        if sorted(v) != ["baseline", "candidate"]:
+        if sorted(v) != list(ARMS):
             raise ValueError("order must name baseline and candidate once each")
         return v
 
@@ -317,7 +322,7 @@ class Scenario(Strict):
                 )
         g = self.model.generate
         written = (g and g.weights == GeneratedWeights.REALISTIC) or self.model.quantization == "fp8-static"
-        for name in ("baseline", "candidate"):
+        for name in ARMS:
             if getattr(self.arms, name).planted_fault and not written:
                 raise ValueError(
                     f"arms.{name}.planted_fault needs a checkpoint the suite writes "

@@ -14,9 +14,7 @@ from vse.redaction import redact, secret_values
 from vse.rundir import seal
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import RunDir
-from vse.scenario import AccuracySpec, AgreementSpec, Scenario, SweepSpec, dump
-
-ARMS = ("baseline", "candidate")
+from vse.scenario import ARMS, AccuracySpec, AgreementSpec, Scenario, SweepSpec, dump
 
 
 def _spec(s: Scenario) -> SweepSpec:

@@ -15,13 +15,11 @@ from vse.errors import DamagedRunError
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
-from vse.scenario import Scenario
+from vse.scenario import ARMS, Scenario
 from vse.stats import estimate, metrics
 from vse.stats import telemetry as gpu_telemetry
 from vse.stats.metrics import repeat_metrics
 from vse.stats.telemetry import Telemetry
-
-ARMS = ("baseline", "candidate")
 
 
 @dataclass

@@ -33,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 from vse.rundir.layout import RunDir
+from vse.scenario import ARMS
 
 
 @dataclass
@@ -116,7 +117,7 @@ def compare(base: list[Scored], cand: list[Scored], ref: list[Scored], alpha: fl
 
 def from_run(run_dir: Path, alpha: float) -> dict[str, Any] | None:
     """The comparison from a run directory's scores, or None before all three servers scored."""
-    base, cand, ref = (load(RunDir(run_dir).arm(n).scores) for n in ("baseline", "candidate", "reference"))
+    base, cand, ref = (load(RunDir(run_dir).arm(n).scores) for n in (*ARMS, "reference"))
     if base is None or cand is None or ref is None:
         return None
     return compare(base, cand, ref, alpha)

@@ -20,6 +20,7 @@ from vse.report import (
     telemetry,
 )
 from vse.report.plots import plt, svg
+from vse.scenario import ARMS
 from vse.stats.metrics import measured
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -201,7 +202,7 @@ def accuracy_plot(arms: list[ArmAnalysis]) -> Markup | None:
 
 
 def render(a: Analysis) -> str:
-    arms = [a.arms[n] for n in ("baseline", "candidate") if n in a.arms]
+    arms = [a.arms[n] for n in ARMS if n in a.arms]
     have_bench = [x for x in arms if x.repeat_data]
     plots = []
     if have_bench:

@@ -8,6 +8,7 @@ from typing import Any
 
 from vse.analysis import Analysis, fmt_pct
 from vse.report.plots import plt, svg
+from vse.scenario import ARMS
 from vse.stats.decide import Outcome
 from vse.stats.registry import metric_defs
 
@@ -126,7 +127,7 @@ def plot_svg(a: Analysis) -> str | None:
         return None
     pts.sort(key=lambda r: r[2].baseline)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for arm in ("baseline", "candidate"):
+    for arm in ARMS:
         xs = [getattr(m, arm) for _, _, m, _ in pts]
         ys = [getattr(t, arm) for _, _, _, t in pts]
         ax.plot(xs, ys, "o-", color=COLORS[arm], label=arm)

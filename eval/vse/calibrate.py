@@ -23,6 +23,7 @@ from vse.analysis import analyze, first_wave
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.rundir.files import atomic_write_text, write_json
+from vse.rundir.layout import CALIBRATION_JSON, CALIBRATION_MD
 from vse.scenario_load import load_scenario
 from vse.stats import calibration as cal
 
@@ -100,10 +101,10 @@ def report(runs: list[Path], out: Path) -> int:
         margins = {g.metric: g.max_worse_pct for g in a.scenario.gates.performance}
         rows += cal.rows(r.name, text, p, b, a.comparison, a.gates, margins, a.gate_alpha, a.scenario.run.server_starts)
     write_json(
-        out / "calibration.json",
+        out / CALIBRATION_JSON,
         {"runs": [str(r) for r in runs], "baseline": cal.asdict(b), "rows": cal.as_dicts(rows)},
     )
-    atomic_write_text(out / "calibration.md", markdown(rows, b, analyses))
+    atomic_write_text(out / CALIBRATION_MD, markdown(rows, b, analyses))
     missed = [x for x in rows if x.covered is False]
     return ExitCode.GATE_FAILED if missed else ExitCode.OK
 

@@ -24,7 +24,7 @@ from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.rundir import packed
 from vse.rundir.files import write_json
-from vse.rundir.layout import RunDir
+from vse.rundir.layout import ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
 from vse.server import process as server
@@ -61,11 +61,12 @@ def cmd_bench(args) -> int:
     if not tok:
         raise SuiteError("bench: give --tokenizer (a directory with tokenizer.json)")
     out = Path(args.out)
-    if (out / "result.json").exists() or list(out.glob("bench-*.jsonl")):
+    arm = ArmDir(out)
+    if arm.bench_result.exists() or arm.record_files():
         raise SuiteError(f"bench: --out {out} already holds results; give another directory (nothing is overwritten)")
     w = s.workload
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
-    sha = save_prompts(out / "prompts.jsonl", prompts)
+    sha = save_prompts(arm.bench_prompts, prompts)
     res = run_repeat(
         Target(args.url, args.model or s.model.served_name),
         RunPrompts(prompts[: w.num_prompts], sha, tok, warmup=prompts[w.num_prompts :]),
@@ -77,7 +78,7 @@ def cmd_bench(args) -> int:
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
     # A superset of `vllm bench serve --save-result --save-detailed`, so vLLM's own scripts read it.
     write_json(
-        out / "result.json",
+        arm.bench_result,
         metrics.vllm_result_json(
             m,
             label=None,
@@ -101,10 +102,10 @@ def cmd_gemm_bench(args) -> int:
     if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
         import json
 
-        gemm_report.write_reports(json.loads((out / "gemm.json").read_text()), out, s)
+        gemm_report.write_reports(json.loads(GemmDir(out).result.read_text()), out, s)
     else:
         gemm_report.write_reports(gemm_bench.run(s, out, tuple(args.backends.split(","))), out, s)
-    print((out / "gemm.md").read_text())
+    print(GemmDir(out).markdown.read_text())
     return 0
 
 
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # never exit 1 (= "a gate failed") by accident
         where = ""
         if (run := getattr(args, "run", None)) and Path(run).is_dir():  # `report`: keep the traceback with the run
-            (Path(run) / "error.log").write_text(traceback.format_exc())
+            RunDir(run).error_log.write_text(traceback.format_exc())
             where = f" (traceback: {run}/error.log)"
         console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}{where}", highlight=False)
         return ExitCode.RUN_FAILED

@@ -121,7 +121,7 @@ def _failed(e: BaseException, run_dir: Path, args) -> int:
     elif isinstance(e, OSError) and e.errno == errno.ENOSPC:
         msg = f"the disk is full, writing {e.filename or run_dir}; what was measured before is kept in {run_dir}"
     else:  # a bug, not bad input: keep the traceback with the run, say one line here
-        (run_dir / "error.log").write_text(traceback.format_exc())
+        RunDir(run_dir).error_log.write_text(traceback.format_exc())
         msg = f"internal error {type(e).__name__}: {e} (traceback: {run_dir}/error.log)"
     if isinstance(e, UnsupportedError) and not measured(run_dir):  # a refusal before anything ran
         shutil.rmtree(run_dir, ignore_errors=True)

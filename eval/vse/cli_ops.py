@@ -12,7 +12,16 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
-from vse.rundir.layout import SWEEP, RunDir
+from vse.rundir.layout import (
+    CALIBRATION_JSON,
+    CALIBRATION_MD,
+    QUALIFY_JSON,
+    QUALIFY_MD,
+    SWEEP,
+    TREND_HTML,
+    TREND_MD,
+    RunDir,
+)
 
 console = Console(stderr=True, soft_wrap=True)  # off a terminal too, a line stays one line
 
@@ -130,9 +139,9 @@ def cmd_trend(args) -> int:
     series = trend.build(db, str(python) if python else None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trend.md").write_text(trend.markdown(series, walk))
-    (out / "trend.html").write_text(trend.html(series, walk))
-    print((out / "trend.md").read_text())
+    (out / TREND_MD).write_text(trend.markdown(series, walk))
+    (out / TREND_HTML).write_text(trend.html(series, walk))
+    print((out / TREND_MD).read_text())
     if refused:
         return ExitCode.RUN_FAILED
     return ExitCode.GATE_FAILED if any(s.open_regression() for s in series) else ExitCode.OK
@@ -161,8 +170,8 @@ def cmd_calibrate(args) -> int:
             share_baseline=args.share_baseline,
         )
     code = calibrate.report(runs, out)
-    print((out / "calibration.md").read_text())
-    console.print(f"calibration: {out}/calibration.md, calibration.json (exit {code})", highlight=False)
+    print((out / CALIBRATION_MD).read_text())
+    console.print(f"calibration: {out / CALIBRATION_MD}, {CALIBRATION_JSON} (exit {code})", highlight=False)
     return code
 
 
@@ -187,8 +196,8 @@ def cmd_qualify(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         return qualify.run_entry(suite, args.entry - 1, out, log)["exit_code"]
     code = qualify.aggregate(suite, out) if args.aggregate else qualify.run_suite(suite, out, log=log)
-    print((out / "index.md").read_text())
-    console.print(f"index: {out}/index.md, index.json (exit {code})", highlight=False)
+    print((out / QUALIFY_MD).read_text())
+    console.print(f"index: {out / QUALIFY_MD}, {QUALIFY_JSON} (exit {code})", highlight=False)
     return code
 
 

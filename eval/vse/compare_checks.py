@@ -19,7 +19,7 @@ from vse.report import gemm as gemm_report
 from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, write_json
-from vse.rundir.layout import ACCURACY_RESULT, RunDir
+from vse.rundir.layout import ACCURACY_RESULT, GemmDir, RunDir
 from vse.scenario import ARMS, Device, Scenario
 from vse.server.process import VllmServer
 
@@ -170,5 +170,5 @@ class ArmChecks:
             self.log(f"gemm-bench: {out}/gemm.md")
         except (SuiteError, OSError, ValueError) as e:  # the end-to-end result stands without it
             out.mkdir(parents=True, exist_ok=True)
-            (out / "error.txt").write_text(f"{e}\n")
+            GemmDir(out).error.write_text(f"{e}\n")
             self.log(f"gemm-bench skipped: {e}")

@@ -23,7 +23,8 @@ from vse.backends import Backend
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.paths import suites_dir
-from vse.rundir.layout import RunDir
+from vse.rundir.files import write_json
+from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, RunDir
 
 OUTCOME: dict[int, str] = {
     ExitCode.OK: "PASS",
@@ -155,8 +156,8 @@ def aggregate(suite: Suite, out: Path) -> int:
         "outcome": OUTCOME[code],
         "runs": results,
     }
-    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
-    (out / "index.md").write_text(markdown(index))
+    write_json(out / QUALIFY_JSON, index)
+    (out / QUALIFY_MD).write_text(markdown(index))
     return code
 
 
@@ -250,7 +251,7 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qual
             "key": "qualify-index",
             "command": (
                 f'buildkite-agent artifact download "{reports}/**/*" . || echo "no entry uploaded a result"\n'
-                f"bin/ci-step {suite.name} --report {reports}/index.md -- "
+                f"bin/ci-step {suite.name} --report {reports}/{QUALIFY_MD} -- "
                 f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}"
             ),
             "artifact_paths": [f"{reports}/index.*"],

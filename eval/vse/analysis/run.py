@@ -74,35 +74,20 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + _machine_notes(arms)
     notes += _coalescing_notes(arms)
     agree, self_agree = _agreements(arms)
-    results = _request_gates(arms, g.max_failed_fraction) + _accuracy_gates(s, run, arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
-    if s.agreement.enabled:
-        results += gates.agreement(agree, self_agree, g, pending=bool(run.get("stopped")))
-        if s.agreement.reference:
-            results += gates.fidelity(fid, g, s.agreement.reference.label, pending=bool(run.get("stopped")))
-    gate_rows = comparison
+    results = _request_gates(arms, g.max_failed_fraction) + _accuracy_gates(s, run, arms)
+    results += _output_gates(s, agree, self_agree, fid, pending=bool(run.get("stopped")))
     if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
-        gate_rows = _compare(s, arms, {})
         notes.append(
             "gated metrics are decided on every run, disturbed ones included; the exploratory table "
             "leaves them out of their start's mean"
         )
-    plan = (s.run.server_starts, s.run.max_server_starts)
-    results += gates.performance(
-        gate_rows,
-        g,
-        gate_alpha,
-        undecidable=unplanned_look(s, arms),
-        alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
-        max_starts=s.run.max_server_starts or s.run.server_starts,
-    )
+    gate_rows = _compare(s, arms, {}) if comparison and any(excluded.values()) else comparison
+    results += _performance_gates(s, arms, gate_rows, gate_alpha)
     results += required(s, results)
     noise = analyze(noise_run) if noise_run is not None else None
-    if noise is not None and (differ := _workload_differences(s, noise.scenario)):
-        notes.append(
-            f"the A/A run {Path(noise_run or '').name} had another workload ({'; '.join(differ)}): its "
-            "intervals are not this run's noise floor, only an indication"
-        )
+    if noise is not None and noise_run is not None:
+        notes += _noise_notes(s, noise, noise_run)
     notes = _status_notes(run_dir, run, s, arms) + notes
     own = layout.gemm_result
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
@@ -133,6 +118,45 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
         out.gemm_source = str(gemm_file) if gemm_file is not None else "same run"
         _predict(out, gemm_file)
     return out
+
+
+Measured = dict[str, Any] | None  # an agreement or fidelity result, None where it was not measured
+
+
+def _output_gates(
+    s: Scenario, agree: Measured, self_agree: Measured, fid: Measured, *, pending: bool
+) -> list[GateResult]:
+    """Agreement, and fidelity to the reference where the scenario has one."""
+    if not s.agreement.enabled:
+        return []
+    out = gates.agreement(agree, self_agree, s.gates, pending=pending)
+    if s.agreement.reference:
+        out += gates.fidelity(fid, s.gates, s.agreement.reference.label, pending=pending)
+    return out
+
+
+def _performance_gates(
+    s: Scenario, arms: dict[str, ArmAnalysis], rows: list[estimate.MetricComparison], gate_alpha: float
+) -> list[GateResult]:
+    g, plan = s.gates, (s.run.server_starts, s.run.max_server_starts)
+    return gates.performance(
+        rows,
+        g,
+        gate_alpha,
+        undecidable=unplanned_look(s, arms),
+        alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
+        max_starts=s.run.max_server_starts or s.run.server_starts,
+    )
+
+
+def _noise_notes(s: Scenario, noise: Analysis, noise_run: Path) -> list[str]:
+    differ = _workload_differences(s, noise.scenario)
+    if not differ:
+        return []
+    return [
+        f"the A/A run {Path(noise_run).name} had another workload ({'; '.join(differ)}): its "
+        "intervals are not this run's noise floor, only an indication"
+    ]
 
 
 def _both_measured(arms: dict[str, ArmAnalysis]) -> bool:

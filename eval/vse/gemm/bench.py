@@ -15,6 +15,7 @@ from vse.exitcodes import ExitCode
 from vse.gemm import shapes as gemm_shapes
 from vse.models import sources as models
 from vse.rundir.files import write_json
+from vse.rundir.layout import GemmDir
 from vse.scenario import Scenario
 from vse.server import preflight
 
@@ -49,22 +50,23 @@ def run(s: Scenario, out: Path, backends: tuple[str, ...] = BACKENDS, timeout_s:
         raise UnsupportedError("gemm-bench needs an NVIDIA GPU: nvidia-smi finds none on this machine")
     out.mkdir(parents=True, exist_ok=True)
     p = plan(s, backends)
-    write_json(out / "plan.json", p)
+    d = GemmDir(out)
+    write_json(d.plan, p)
     python = (s.arms.baseline.vllm or s.server.vllm).python or sys.executable
     try:
         proc = subprocess.run(
-            [python, str(TIMING_SCRIPT), str(out / "plan.json"), str(out / "gemm.json")],
+            [python, str(TIMING_SCRIPT), str(d.plan), str(d.result)],
             stderr=subprocess.PIPE,
             text=True,
             timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
         raise SuiteError(f"gemm-bench: the timing script ran over {timeout_s:.0f} s and was stopped") from None
-    (out / "gemm.log").write_text(proc.stderr)
+    d.log.write_text(proc.stderr)
     if proc.returncode == ExitCode.UNSUPPORTED:  # the script says so with the suite's code
         raise UnsupportedError(proc.stderr.strip().splitlines()[-1])
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SuiteError(f"gemm-bench: the timing script failed (exit {proc.returncode}): {last} (log: {out}/gemm.log)")
-    res = json.loads((out / "gemm.json").read_text())
+        raise SuiteError(f"gemm-bench: the timing script failed (exit {proc.returncode}): {last} (log: {d.log})")
+    res = json.loads(d.result.read_text())
     return res

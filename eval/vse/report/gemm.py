@@ -12,6 +12,7 @@ import numpy as np
 
 from vse.backends import Backend
 from vse.gemm.shapes import decode_or_prefill
+from vse.rundir.layout import GemmDir
 from vse.scenario import Scenario
 
 # Dense FP8 tensor rate from the datasheets (TFLOP/s, without sparsity), by GPU name.
@@ -231,5 +232,6 @@ def html(res: dict, max_num_seqs: int | None, title: str) -> str:
 
 def write_reports(res: dict, out: Path, s: Scenario) -> None:
     title = f"{s.name} (TP{s.server.tensor_parallel_size})"
-    (out / "gemm.md").write_text(markdown(res, s.server.max_num_seqs, title))
-    (out / "gemm.html").write_text(html(res, s.server.max_num_seqs, title))
+    d = GemmDir(out)
+    d.markdown.write_text(markdown(res, s.server.max_num_seqs, title))
+    d.html.write_text(html(res, s.server.max_num_seqs, title))

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from vse.rundir.layout import RunDir
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
@@ -76,7 +78,7 @@ class RunStatus:
     """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail."""
 
     def __init__(self, run_dir: Path, *, resume: bool = False, **fields: Any) -> None:
-        self.path = Path(run_dir) / "run.json"
+        self.path = RunDir(run_dir).run_json
         if resume:  # more server starts for a run that already ended: keep its trail
             self.data = read_json(self.path)
             self.data.update(status="running", reason="")

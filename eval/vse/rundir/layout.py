@@ -16,7 +16,8 @@ spelling names, so a layout change is one edit and a reader cannot look for a fi
   <arm>/agreement.jsonl     per-prompt greedy outputs with top logprobs (agreement-self.jsonl: the
                             baseline's second pass); <arm>/scores.jsonl teacher-forced scores
   sweep/<key>-<value>/      a load sweep's points, each a run directory of its own
-  gemm/                     FP8 GEMM timings of the arms' backends (GPU runs, eval/vse/gemm/bench.py)
+  gemm/                     FP8 GEMM timings of the arms' backends (GPU runs, eval/vse/gemm/bench.py): GemmDir
+  error.log                 the traceback of a run that ended in an unexpected error
   model/                    a checkpoint the run generated (config, tokenizer; a planted fault's copy)
 """
 
@@ -28,6 +29,10 @@ from pathlib import Path
 ACCURACY_RESULT = "accuracy.json"  # the suite's summary of lm-eval's results, in <arm>/accuracy/
 # The run directory's folders that are not arms.
 PROMPTS, SWEEP, GEMM, MODEL = "prompts", "sweep", "gemm", "model"
+# The folders other commands write: a calibration's, a qualification's, the trend's.
+CALIBRATION_MD, CALIBRATION_JSON = "calibration.md", "calibration.json"
+QUALIFY_MD, QUALIFY_JSON = "index.md", "index.json"
+TREND_MD, TREND_HTML = "trend.md", "trend.html"
 
 
 def _number(p: Path) -> int:
@@ -82,12 +87,52 @@ class ArmDir:
     def accuracy_status(self) -> Path:
         return self.accuracy / "status.json"
 
+    @property
+    def bench_result(self) -> Path:
+        """`vse bench` (an ArmDir of its own): its run as `vllm bench serve --save-result` writes it."""
+        return self.path / "result.json"
+
+    @property
+    def bench_prompts(self) -> Path:
+        return self.path / "prompts.jsonl"
+
     def metas(self) -> dict[int, Path]:
         """Run number -> meta file, for every run whose meta exists (a run is finished once it does)."""
         return {_number(p): p for p in self.path.glob("bench-*.meta.json")}
 
     def record_files(self) -> dict[int, Path]:
         return {_number(p): p for p in self.path.glob("bench-*.jsonl") if not p.name.endswith(".gpu.jsonl")}
+
+
+@dataclass(frozen=True)
+class GemmDir:
+    """What gemm-bench writes: a run directory's gemm/, or `vse gemm-bench --out`."""
+
+    path: Path
+
+    @property
+    def plan(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def result(self) -> Path:
+        return self.path / "gemm.json"
+
+    @property
+    def log(self) -> Path:  # the timing script's stderr
+        return self.path / "gemm.log"
+
+    @property
+    def markdown(self) -> Path:
+        return self.path / "gemm.md"
+
+    @property
+    def html(self) -> Path:
+        return self.path / "gemm.html"
+
+    @property
+    def error(self) -> Path:  # why a run's kernel view was skipped
+        return self.path / "error.txt"
 
 
 @dataclass(frozen=True)
@@ -152,7 +197,12 @@ class RunDir:
 
     @property
     def gemm_result(self) -> Path:
-        return self.gemm / "gemm.json"
+        return GemmDir(self.gemm).result
+
+    @property
+    def error_log(self) -> Path:
+        """The traceback of a run that ended in an unexpected error."""
+        return self.path / "error.log"
 
     def sweep_point(self, label: str) -> Path:
         return self.path / SWEEP / label

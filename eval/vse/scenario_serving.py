@@ -97,8 +97,8 @@ class ModelSpec(Strict):
             # vLLM fills FP8 weights with U(-0.001, 0.001) through float16; e4m3's smallest step is 2^-9
             return (
                 "kernels and shapes are real, but 98% of vLLM's dummy FP8 weights are exactly 0, which draws "
-                "less power than a real checkpoint (on the H200, 5% more throughput than written random "
-                "weights: reports/examples/h200-realistic-vs-dummy-speed); accuracy was not measured."
+                "less power than a real checkpoint and can run faster than one (reports/examples/"
+                "h200-realistic-vs-dummy-speed measures by how much); accuracy was not measured."
             )
         return "speed is real, accuracy was not measured."
 

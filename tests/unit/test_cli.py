@@ -250,7 +250,7 @@ def test_bin_vse_keeps_the_suites_exit_codes():
 
 
 def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
-    """CI and `| tee` see no spinner: each setup step is a line of its own (issue 29)."""
+    """CI and `| tee` see no spinner: each setup step is a line of its own."""
     import io
 
     from rich.console import Console

@@ -1,4 +1,4 @@
-"""The decode gate measures the engine's step per token, not per SSE chunk (issue 28): a slower
+"""The decode gate measures the engine's step per token, not per SSE chunk: a slower
 step must read slower however the API server packs tokens into chunks."""
 
 import sys

@@ -69,7 +69,7 @@ def test_inert_without_the_opt_in_and_loud_on_an_unknown_vllm(monkeypatch):
 
 def test_the_v2_model_runner_is_the_first_it_patches():
     """vLLM 0.26 on a GPU runs vllm.v1.worker.gpu.model_runner.GPUModelRunner; a patch only on the
-    old gpu_model_runner class does nothing there (issue 28)."""
+    old gpu_model_runner class does nothing there."""
     assert plugin.RUNNERS[0] == ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
 
 

@@ -131,13 +131,13 @@ def test_secrets_are_redacted_by_name_by_flag_and_by_value():
     assert out["server"]["extra_args"] == ["--api-key", REDACTED, "--dtype", "bf16", REDACTED]
     assert out["server"]["api_key_env"] == "K"  # a variable's name is no secret
     assert "hf_abc123" not in str(out)
-    # A tokenizer is no token: redacting its path made a saved run impossible to resume (H200, 2026-12-03).
+    # A tokenizer is no token: redacting its path made a saved run impossible to resume.
     gen = {"model": {"generate": {"tokenizer": "/cache/llama3-tokenizer"}, "tokenizer": "/t"}}
     assert redact(gen) == gen and redact({"HF_TOKEN": "x", "TOKENIZERS_PARALLELISM": "false"}) == {
         "HF_TOKEN": REDACTED,
         "TOKENIZERS_PARALLELISM": "false",
     }
-    # Nor is a token count: the H200 servers' argv lost its --max-num-batched-tokens value (2026-12-03).
+    # Nor is a token count: a server argv once lost its --max-num-batched-tokens value.
     argv = ["--max-num-batched-tokens", "8192", "--token", "hf_y", "--max_tokens=32"]
     assert redact(argv) == ["--max-num-batched-tokens", "8192", "--token", REDACTED, "--max_tokens=32"]
 

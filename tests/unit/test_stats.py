@@ -104,7 +104,7 @@ def test_a_regression_at_the_margin_passes_at_most_alpha_over_2():
 def test_holm_keeps_false_failures_at_alpha_over_2_across_three_gated_metrics():
     """Three gated metrics each exactly at their margin (the worst case a candidate 'within every
     margin' can be): each FAIL test alone rejects about alpha/2 of the time, so without Holm any-FAIL
-    would be about 7%; with it, at most alpha/2 (issue 28: the old version passed with Holm removed)."""
+    would be about 7%; with it, at most alpha/2 (the old version passed with Holm removed)."""
     rng = np.random.default_rng(3)
     n, any_fail, margin = 3000, 0, 0.03
     for _ in range(n):

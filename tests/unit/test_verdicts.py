@@ -1,4 +1,4 @@
-"""Verdict rules from issue 28's audit, each on a synthetic run directory: gates decide only at
+"""Verdict rules from the statistics audit, each on a synthetic run directory: gates decide only at
 looks the alpha-spending plan counted; a gated metric never loses a run on its own; a client
 stall is named as the client's; a required gate that was not measured is no PASS."""
 
@@ -26,7 +26,7 @@ def test_a_planned_look_decides_and_unbalanced_arms_do_not(tmp_path):
 
 def test_a_run_its_time_budget_stopped_says_so_and_how_to_go_on(tmp_path):
     """The report of a budget stop names it first; before, only a gate's detail said 'unbalanced
-    arms' (seen in a CPU rehearsal of the H200 calibration, 2026-12-05)."""
+    arms'."""
     same = [(0, 10.0), (0, 10.02), (1, 10.01), (1, 9.99)]
     runs = {"baseline": same, "candidate": same[:2]}
     stop = "time budget of 280 s spent; RESUME to add starts"
@@ -83,7 +83,7 @@ def test_a_damaged_run_is_refused_with_the_file_named(tmp_path):
 
     same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
     run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, GATE)
-    (run / "candidate" / "bench-2.meta.json").unlink()  # issue 29: this run was silently left out, PASS
+    (run / "candidate" / "bench-2.meta.json").unlink()  # this run was once silently left out: PASS
     with pytest.raises(DamagedRunError, match=r"candidate/bench-2.jsonl: its bench-2.meta.json is missing"):
         analyze(run)
     run = write_run(tmp_path / "t", {"baseline": same, "candidate": same}, GATE)

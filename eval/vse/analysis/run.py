@@ -77,12 +77,13 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
     results = _request_gates(arms, g.max_failed_fraction) + _accuracy_gates(s, run, arms)
     results += _output_gates(s, agree, self_agree, fid, pending=bool(run.get("stopped")))
+    gate_rows = comparison
     if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
+        gate_rows = _compare(s, arms, {})
         notes.append(
             "gated metrics are decided on every run, disturbed ones included; the exploratory table "
             "leaves them out of their start's mean"
         )
-    gate_rows = _compare(s, arms, {}) if comparison and any(excluded.values()) else comparison
     results += _performance_gates(s, arms, gate_rows, gate_alpha)
     results += required(s, results)
     noise = analyze(noise_run) if noise_run is not None else None

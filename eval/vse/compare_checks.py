@@ -30,9 +30,9 @@ GEMM_VIEW_TIMEOUT_S = 600
 
 
 class ArmChecks:
-    """The checks one comparison makes on its servers, and the kernel view of its backends after them. The orchestrator hands in what they need:
-    its scenario and run directory, and four of its own steps (a server start, the prompts of a
-    run, its log line, how many starts an arm has measured)."""
+    """The checks one comparison makes on its servers, and the kernel view of its backends after
+    them. The orchestrator hands in what they need: its scenario and run directory, and four of its
+    own steps (a server start, the prompts of a run, its log line, how many starts an arm has measured)."""
 
     def __init__(
         self,

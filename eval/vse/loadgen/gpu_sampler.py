@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,13 +107,14 @@ class GpuSampler:
         self.path.unlink(missing_ok=True)
         from vse.server.process import die_with_parent  # here, not at the top: the sampler process needs none of it
 
-        # The path is absolute because the sampler runs from another folder; its stderr is kept so a
-        # sampler that dies before its first line says why in the report.
+        # The path is absolute because the sampler runs from another folder; its stderr goes to a file
+        # (a pipe nobody reads could fill and stall it), so a sampler that dies before its first line
+        # says why in the report.
+        self.err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vse.loadgen.gpu_sampler", str(self.path.resolve()), str(self.interval_s)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=self.err,
             preexec_fn=die_with_parent,
             cwd=Path(__file__).resolve().parents[2],  # the folder `vse` is imported from
         )
@@ -135,11 +137,13 @@ class GpuSampler:
                 self.proc.wait()
         lines = read_samples(self.path) if self.path.is_file() else []
         self.telemetry = summarize(lines) if lines else self._died()
+        self.err.close()
 
     def _died(self) -> Telemetry:
         """No line at all: the sampler failed before NVML was even tried (an import, its output file)."""
         assert self.proc is not None
-        err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+        self.err.seek(0)
+        err = self.err.read().strip().splitlines()
         why = err[-1] if err else "no error output"
         return Telemetry(
             TelemetryStatus.UNAVAILABLE,

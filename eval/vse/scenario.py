@@ -223,9 +223,10 @@ class GatesSpec(Strict):
     significance: float = Field(0.05, gt=0, lt=1)
     accuracy_reference_rtol: float = Field(0.08, ge=0, lt=1)
     accuracy_noninferiority_margin: float = Field(0.03, ge=0, lt=1)
-    # Agreement is a gate by default: cross-arm mean |logprob difference| of the chosen tokens
-    # within max(factor x the baseline's agreement with itself, floor). "report" shows it only.
-    agreement_mode: Literal["gate", "report", "off"] = "gate"
+    # Cross-arm mean |logprob difference| of the chosen tokens within max(factor x the baseline's
+    # agreement with itself, floor). Shown, not gated, unless a scenario asks for "gate": two correct
+    # FP8 GEMMs round differently and fail it (docs/statistics.md); gsm8k and fidelity gate correctness.
+    agreement_mode: Literal["gate", "report", "off"] = "report"
     agreement_calibration_factor: float = Field(3.0, ge=1)
     agreement_logprob_floor: float = Field(0.01, ge=0)
     agreement_min_exact_match: float | None = Field(None, ge=0, le=1)

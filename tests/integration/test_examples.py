@@ -293,7 +293,7 @@ def test_the_real_models_gsm8k_table_passes_kernel_swaps_and_fails_a_planted_fau
     seen = {}
     for case in ("cutlass-vs-torch", "flashinfer-whatif", "fault-layer0-x4"):
         run = unpack(ex / case, tmp_path / case)
-        assert report(run).returncode == 1, case  # every case fails the output agreement gate (see its README)
+        assert report(run).returncode == 1, case  # each run gated agreement then, and failed it (docs/measurements.md)
         res = json.loads((run / "results.json").read_text())
         gates = {g["name"].split(" non-inferior")[0]: g for g in res["gates"]}
         assert not any("(required)" in name for name in gates)

@@ -130,7 +130,7 @@ def test_agreement_of_a_server_with_itself_is_total_and_passes_the_gate(live, tm
     assert cmp["exact_match_rate"] == 1.0 and cmp["abs_logprob_diff"]["max"] < 1e-3
     assert a[0].text.startswith(" Paris")  # the real model, answering "The capital of France is"
     assert cmp["degenerate"] == ""  # a real model's outputs can show a difference
-    (g,) = gates.agreement(cmp, cmp, GatesSpec())
+    (g,) = gates.agreement(cmp, cmp, GatesSpec(agreement_mode="gate"))
     assert g.outcome is Outcome.PASS, g.detail  # fp32 against fp32 (fp32 against bf16 fails: test_compare_e2e)
 
 

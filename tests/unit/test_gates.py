@@ -145,7 +145,7 @@ def comps(lps, tokens=None):
 
 
 def test_agreement_gate_calibrated_by_self_agreement():
-    g = GatesSpec()
+    g = GatesSpec(agreement_mode="gate")
     base = comps([[-0.5, -1.0, -0.2, -2.0]] * 4)
     close = comps([[-0.505, -1.01, -0.2, -2.0]] * 4)
     far = comps([[-0.9, -1.6, -0.7, -2.8]] * 4)

@@ -24,7 +24,7 @@ from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
-from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, RunDir
+from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, RunDir, qualify_entry
 
 OUTCOME: dict[int, str] = {
     ExitCode.OK: "PASS",
@@ -121,7 +121,7 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
     lines = log_path.read_text().strip().splitlines()
     last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
     r = _result(e, proc.returncode, new[-1] if new else None, last, out)
-    (out / f"entry-{i + 1}.json").write_text(json.dumps(r, indent=2) + "\n")
+    write_json(qualify_entry(out, i + 1), r)
     log(
         f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}"
         + (f" ({last})" if proc.returncode in (ExitCode.RUN_FAILED, ExitCode.UNSUPPORTED) else "")
@@ -140,7 +140,7 @@ def aggregate(suite: Suite, out: Path) -> int:
     with no result (its step was skipped, never ran or was lost) is listed as not run."""
     results = []
     for i, e in enumerate(suite.runs):
-        path = out / f"entry-{i + 1}.json"
+        path = qualify_entry(out, i + 1)
         r = _read_result(path) or _result(
             e, None, None, f"entry {i + 1} left no result ({path.name}): skipped by its step's condition or lost", out
         )

@@ -158,7 +158,7 @@ def _check_names(path: Path, s: Scenario) -> None:
     """Free-form names must name something that exists: a typo in a per-task limit ran gsm8k
     unlimited (1,319 questions per arm, hours on a CPU); a gated metric's typo failed the run late."""
     from vse.checks.small_tasks import TASKS
-    from vse.stats.estimate import metric_defs
+    from vse.stats.registry import metric_defs
 
     known = {m.key for m in metric_defs(s.workload.percentiles, s.workload.goodput is not None, energy=True)}
     for i, g in enumerate(s.gates.performance):

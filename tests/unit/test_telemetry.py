@@ -10,7 +10,8 @@ import pytest
 
 from vse.loadgen.gpu_sampler import GpuSampler
 from vse.stats import telemetry as gt
-from vse.stats.estimate import ENERGY, RepeatData, metric_defs, point_value
+from vse.stats.estimate import RepeatData, point_value
+from vse.stats.registry import ENERGY, metric_defs
 
 RECORDED = Path(__file__).parent / "data" / "h200-nvml-samples.jsonl"
 

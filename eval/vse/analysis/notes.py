@@ -7,7 +7,7 @@ import numpy as np
 
 from vse.analysis.load import ArmAnalysis
 from vse.scenario import Scenario
-from vse.stats import estimate
+from vse.stats import estimate, registry
 
 
 def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
@@ -20,7 +20,7 @@ def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     """Run-level TTFT that falls into two groups, within an arm or across both (where it may also
     be a real difference between the arms): say so, and point at the stable measures."""
     out = []
-    defs = [estimate.MetricDef(f"{st}_ttft_ms", f"{st} TTFT", False, "ttft", st) for st in ("mean", "median")]
+    defs = [registry.MetricDef(f"{st}_ttft_ms", f"{st} TTFT", False, "ttft", st) for st in ("mean", "median")]
     groups = [(a.name, a.repeat_data) for a in arms.values()]
     if len(arms) == 2:
         groups.append(("both arms together", [d for a in arms.values() for d in a.repeat_data]))

@@ -10,7 +10,7 @@ import numpy as np
 from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
 from vse.scenario import GateFamily, Scenario
-from vse.stats import estimate, gates
+from vse.stats import estimate, gates, registry
 from vse.stats.gates import GateResult, Outcome
 
 # Runs are checked for disturbance on the metrics that move least between runs, each with the
@@ -30,7 +30,7 @@ DISTURBED_Z = 3.5  # robust |z| beyond which a run is far from its siblings
 def disturbed_rule() -> str:
     """find_disturbed's rule in words, from its own constants: the summary quotes this, so the
     text cannot drift from the code."""
-    defs = {m.key: m for m in estimate.metric_defs([], False)}
+    defs = {m.key: m for m in registry.metric_defs([], False)}
 
     def name(key: str) -> str:  # "Trimmed mean ITL per token (ms)" -> "trimmed mean ITL per token"
         label = defs[key].label.split(" (")[0]
@@ -77,7 +77,7 @@ def _far_runs(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> dict[st
     against its arm's median and the deviations of both arms pooled: the scale of normal run-to-run
     noise then comes from every run (a small CPU wobbles by percents, a GPU by tenths), not from the three
     or four runs of one arm."""
-    defs = {m.key: m for m in estimate.metric_defs(percentiles, False)}
+    defs = {m.key: m for m in registry.metric_defs(percentiles, False)}
     flags: dict[str, dict[int, list[str]]] = {n: {} for n in arms}
     for key, min_rel in HEALTH_METRICS.items():
         if not all(np.isfinite(estimate.point_value(d, defs[key])) for a in arms.values() for d in a.repeat_data):

@@ -16,7 +16,7 @@ from vse.rundir import seal
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import dump
-from vse.stats import estimate
+from vse.stats import estimate, registry
 
 SCHEMA_VERSION = 2  # 2: arms.*.runs (every metric of every run) and raw_files (what it was computed from)
 
@@ -36,7 +36,7 @@ def _clean(x: Any) -> Any:
 def render(a: Analysis) -> dict[str, Any]:
     arms = {}
     w = a.scenario.workload
-    defs = estimate.metric_defs(w.percentiles, w.goodput is not None, energy=True)
+    defs = registry.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
         vllm_results = [vllm_files.result_json(a, arm, m, detailed=False) for m in arm.repeats]

@@ -14,7 +14,7 @@ from vse.analysis import Analysis
 from vse.analysis.load import ArmAnalysis
 from vse.rundir.files import write_json
 from vse.rundir.layout import RunDir
-from vse.stats import estimate, metrics
+from vse.stats import estimate, metrics, registry
 
 CSV_FIELDS = ("run", "arm", "label", "backend", "repeat", "server_start", "metric", "value")
 
@@ -62,7 +62,7 @@ def write(a: Analysis, detailed: bool = False) -> None:
 
 def csv_text(a: Analysis) -> str:
     w = a.scenario.workload
-    defs = estimate.metric_defs(w.percentiles, w.goodput is not None, energy=True)
+    defs = registry.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_FIELDS)

@@ -35,6 +35,11 @@ QUALIFY_MD, QUALIFY_JSON = "index.md", "index.json"
 TREND_MD, TREND_HTML = "trend.md", "trend.html"
 
 
+def qualify_entry(folder: Path, n: int) -> Path:
+    """A qualification's result of its entry n (1-based), which the index is folded from."""
+    return folder / f"entry-{n}.json"
+
+
 def _number(p: Path) -> int:
     return int(p.name.split("-")[1].split(".")[0])
 

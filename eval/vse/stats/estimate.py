@@ -25,7 +25,7 @@ from scipy import stats as sps
 from vse.rundir.records import RequestRecord
 from vse.stats.decode import first_wave_decode_ms
 from vse.stats.metrics import TRIM, measured
-from vse.stats.registry import ENERGY, MetricDef, keys_for, metric_defs  # noqa: F401 (the registry, re-exported)
+from vse.stats.registry import MetricDef, metric_defs
 
 
 class Verdict(str, enum.Enum):

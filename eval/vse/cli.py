@@ -24,7 +24,7 @@ from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.rundir import packed
 from vse.rundir.files import write_json
-from vse.rundir.layout import ArmDir, GemmDir, RunDir
+from vse.rundir.layout import HISTORY_DB, REPORTS, ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
 from vse.server import process as server
@@ -141,7 +141,7 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("compare", help="run both arms and compare them")
     _scenario_args(c)
     c.add_argument("--backend", default="", help="the candidate arm's GEMM backend")
-    c.add_argument("--reports", default="reports", help="where run directories go (default %(default)s)")
+    c.add_argument("--reports", default=REPORTS, help="where run directories go (default %(default)s)")
     c.add_argument("--aa", action="store_true", help="A/A: run the baseline against itself (noise floor)")
     c.add_argument("--base-run", default="", help="reuse the baseline arm of this finished run")
     c.add_argument("--cand-run", default="", help="reuse the candidate arm of this finished run")
@@ -181,14 +181,14 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--url", required=True, help="a running OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     b.add_argument("--model", default="", help="the served model name (default: the scenario's)")
     b.add_argument("--tokenizer", default="", help="a tokenizer directory for the prompts (default: the scenario's)")
-    b.add_argument("--out", default="reports/bench", help="where result.json and the records go (never overwritten)")
+    b.add_argument("--out", default=f"{REPORTS}/bench", help="where result.json and the records go (never overwritten)")
     b.set_defaults(fn=cmd_bench)
 
 
 def _add_gemm_bench(sub: argparse._SubParsersAction) -> None:
     gb = sub.add_parser("gemm-bench", help="time the model's FP8 GEMM shapes per backend on this GPU")
     _scenario_args(gb)
-    gb.add_argument("--out", default="reports/gemm", help="where gemm.json and its reports go")
+    gb.add_argument("--out", default=f"{REPORTS}/gemm", help="where gemm.json and its reports go")
     gb.add_argument(
         "--backends",
         default=",".join(b.value for b in FP8_KERNEL_BACKENDS),
@@ -198,21 +198,25 @@ def _add_gemm_bench(sub: argparse._SubParsersAction) -> None:
     gb.set_defaults(fn=cmd_gemm_bench)
 
 
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=HISTORY_DB, help="a SQLite path or postgresql://user@host/db (default %(default)s)")
+
+
 def _add_history(sub: argparse._SubParsersAction) -> None:
     hi = sub.add_parser(
         "history",
         help="ingest finished runs (or folders of them) into the history (a SQLite path or postgresql:// URL)",
     )
     hi.add_argument("runs", nargs="+", help="run directories, or folders holding them (reports/)")
-    hi.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
+    _db_arg(hi)
     hi.add_argument("--examples", action="store_true", help="also ingest committed examples a walk finds")
     hi.set_defaults(fn=cmd_history)
 
 
 def _add_trend(sub: argparse._SubParsersAction) -> None:
     tr = sub.add_parser("trend", help="trend report with change points from the results history")
-    tr.add_argument("--db", default="reports/history.sqlite", help="a SQLite path or postgresql://user@host/db")
-    tr.add_argument("--out", default="reports/trend", help="where trend.md and trend.html go")
+    _db_arg(tr)
+    tr.add_argument("--out", default=f"{REPORTS}/trend", help="where trend.md and trend.html go")
     tr.add_argument("--ingest", nargs="+", default=[], help="ingest these runs or folders first (as vse history)")
     tr.add_argument("--examples", action="store_true", help="with --ingest: committed examples too")
     tr.add_argument("--ack", default="", help="accept the change first seen in this run (identity or name)")
@@ -225,7 +229,7 @@ def _add_trend(sub: argparse._SubParsersAction) -> None:
 def _add_qualify(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("qualify", help="run a named list of comparisons (scenarios/suites/) with one index report")
     q.add_argument("--suite", required=True, help="a list under scenarios/suites/ (release, cpu) or a file")
-    q.add_argument("--reports", default="reports", help="where the qualification's folder goes")
+    q.add_argument("--reports", default=REPORTS, help="where the qualification's folder goes")
     q.add_argument("--out", default="", help="the qualification's folder (default: reports/<time>-qualify-<suite>)")
     q.add_argument("--emit-pipeline", action="store_true", help="print a Buildkite dynamic pipeline: a step per entry")
     q.add_argument("--queue", default="gpu-h200", help="the GPU agents' queue, with --emit-pipeline")
@@ -259,7 +263,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     ca.add_argument(
         "--runs", nargs="*", default=[], help="only rebuild the calibration report from these run directories"
     )
-    ca.add_argument("--reports", default="reports", help="where the calibration's folder goes")
+    ca.add_argument("--reports", default=REPORTS, help="where the calibration's folder goes")
     ca.set_defaults(fn=cmd_calibrate)
 
 

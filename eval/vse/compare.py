@@ -26,7 +26,7 @@ from vse.redaction import redact, secret_values
 from vse.rundir import seal
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
-from vse.rundir.layout import RunDir
+from vse.rundir.layout import REPORTS, RunDir
 from vse.scenario import ARMS, DEFAULT_CACHE, ArmSpec, Scenario, dump
 from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
@@ -35,7 +35,7 @@ from vse.stats.decide import Outcome
 
 @dataclass
 class CompareOptions:
-    reports_root: Path = Path("reports")
+    reports_root: Path = Path(REPORTS)
     cache: Path = DEFAULT_CACHE
     aa: bool = False  # candidate := baseline, to measure the noise floor
     reuse: dict[str, Path] | None = None  # arm -> finished run directory to take that arm from

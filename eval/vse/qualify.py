@@ -24,7 +24,7 @@ from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
-from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, RunDir, qualify_entry
+from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, REPORTS, RunDir, qualify_entry
 
 OUTCOME: dict[int, str] = {
     ExitCode.OK: "PASS",
@@ -213,7 +213,7 @@ def markdown(index: dict) -> str:
     return "\n".join(L + [""])
 
 
-def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = "reports/qualify") -> dict:
+def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/qualify") -> dict:
     """A Buildkite dynamic pipeline (`bin/vse qualify --suite S --emit-pipeline | buildkite-agent
     pipeline upload`): one step per entry, in parallel on the GPU queue, each keeping its run
     directory and result as artifacts; then one step that aggregates them into the index and the

@@ -29,6 +29,10 @@ from pathlib import Path
 ACCURACY_RESULT = "accuracy.json"  # the suite's summary of lm-eval's results, in <arm>/accuracy/
 # The run directory's folders that are not arms.
 PROMPTS, SWEEP, GEMM, MODEL = "prompts", "sweep", "gemm", "model"
+# Where the commands put what they write unless told (relative to the working directory), and the
+# results history's default SQLite file in it.
+REPORTS = "reports"
+HISTORY_DB = f"{REPORTS}/history.sqlite"
 # The folders other commands write: a calibration's, a qualification's, the trend's.
 CALIBRATION_MD, CALIBRATION_JSON = "calibration.md", "calibration.json"
 QUALIFY_MD, QUALIFY_JSON = "index.md", "index.json"

@@ -460,6 +460,9 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
         "workload.num_prompts=8",
         "--set",
         "gates.performance=[{metric: output_throughput, max_worse_pct: 50}]",
+        # one start per arm: the subject is that each point runs on the arm's own starts
+        "--set",
+        "run.server_starts=1",
         "--sweep",
         "max_concurrency=2",
         reports=tmp_path,
@@ -467,7 +470,7 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
     assert r.returncode in (0, 3), r.stderr[-3000:]
     (run,) = run_dirs(tmp_path)
     servers = [json.loads((run / arm / "servers.json").read_text()) for arm in ("baseline", "candidate")]
-    assert [len(s) for s in servers] == [2, 2]  # the sweep started no server of its own
+    assert [len(s) for s in servers] == [1, 1]  # the sweep started no server of its own
     res = json.loads((run / "results.json").read_text())
     points = {p["point"]: p for p in res["sweep"]}
     assert list(points) == ["max_concurrency=8 (the scenario's)", "max_concurrency=2"]
@@ -476,7 +479,7 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
         assert [g["outcome"] for g in p["gates"] if g["metric"] == "output_throughput"] in (["pass"], ["inconclusive"])
     # each point is a run directory of its own, with its own records (fresh prompts) and reports
     low = run / "sweep" / "max_concurrency-2"
-    assert (low / "summary.md").is_file() and len(list((low / "candidate").glob("bench-*.meta.json"))) == 2
+    assert (low / "summary.md").is_file() and len(list((low / "candidate").glob("bench-*.meta.json"))) == 1
     conc = lambda d: json.loads(next((d / "baseline").glob("bench-*.meta.json")).read_text())
     assert "max_concurrency: 2" in (low / "scenario.yaml").read_text()
     assert conc(low)["prompts_sha256"] != conc(run)["prompts_sha256"]

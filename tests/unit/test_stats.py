@@ -22,6 +22,8 @@ from vse.stats.estimate import (
     disturbed_runs,
     estimate,
     metric_defs,
+    t_quantile,
+    t_sf,
     two_modes,
 )
 
@@ -299,3 +301,16 @@ def test_the_more_starts_estimate_uses_the_alpha_of_the_look_it_predicts_and_say
     spend = lambda k: decide.spent_alpha(0.05, k, 3, 6)
     (far,) = decide.decide([GateInput("g", e, False, 0.05)], spend(3), spend, max_starts=6)
     assert far.more_starts == 13 and "beyond the plan's 6 per arm" in far.detail
+
+
+def test_the_fast_t_functions_are_scipys_bit_for_bit():
+    """The gates' t quantile and tail probability skip scipy.stats.t's argument handling; every value,
+    the edges included (df infinite, 0, negative, NaN), is what scipy.stats.t gives."""
+    dfs = [*np.random.default_rng(0).uniform(0.5, 200, 300), 1.0, 2.0, 1e6, math.inf, math.nan, 0.0, -1.0]
+
+    def same(a: float, b: float) -> bool:
+        return a == b or (math.isnan(a) and math.isnan(b))
+
+    for df in dfs:
+        assert all(same(t_quantile(q, df), float(sps.t.ppf(q, df))) for q in (0.5, 0.975, 0.9875, 0.995))
+        assert all(same(t_sf(x, df), float(sps.t.sf(x, df))) for x in (-3.0, -0.1, 0.0, 0.7, 5.0, 40.0))

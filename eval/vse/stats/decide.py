@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats as sps
 
-from vse.stats.estimate import Design, Estimate, welch_df
+from vse.stats.estimate import Design, Estimate, t_quantile, t_sf, welch_df
 
 
 class Outcome(str, enum.Enum):
@@ -128,7 +128,7 @@ def decide(
         elif e.se == 0:
             p_fail.append(0.0 if w > m else 1.0)
         else:
-            p_fail.append(float(sps.t.sf((w - m) / e.se, e.df)))
+            p_fail.append(t_sf((w - m) / e.se, e.df))
         rows.append((g, w, m, usable))
     adj = holm(p_fail) if rows else []
     out = []
@@ -147,7 +147,7 @@ def decide(
                 )
             )
             continue
-        t = float(sps.t.ppf(1 - alpha / 2, e.df)) if e.se > 0 else 0.0
+        t = t_quantile(1 - alpha / 2, e.df) if e.se > 0 else 0.0
         lo_w, hi_w = w - t * e.se, w + t * e.se
         lo, hi = _to_rel(lo_w, g.higher_is_better), _to_rel(hi_w, g.higher_is_better)
         if hi_w < m:

@@ -22,7 +22,7 @@ pytestmark = [needs_server, pytest.mark.server]
 # that large for the same reason: the point is that the gate sees a planted slowdown at all and passes
 # the same arm against itself on a 2-core machine, every time. The A/A reuses the planted comparison's
 # baseline starts (9 starts, not 12): a drift of the machine between the two then reads as a
-# difference (10% was seen here), far inside a 150% margin.
+# difference (docs/measurements.md), far inside a 150% margin.
 SETS = [
     "accuracy.enabled=false",
     "agreement.enabled=false",

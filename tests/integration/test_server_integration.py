@@ -125,8 +125,8 @@ def test_lm_eval_against_a_dead_server_ends_with_a_clear_error(tmp_path):
 def test_agreement_of_a_server_with_itself_is_total_and_passes_the_gate(live, tmp_path):
     # One prompt at a time: each request then runs in batches of its own, the same on both probes.
     # Sent together, the requests reach the scheduler at moments that differ from probe to probe, the
-    # batches differ, and vLLM is not batch invariant (logprobs moved by up to 0.15 on this model):
-    # the noise the baseline's second probe measures in a run (compare_checks.agreement).
+    # batches differ, and vLLM is not batch invariant (docs/measurements.md): the noise the baseline's
+    # second probe measures in a run (compare_checks.agreement).
     spec = AgreementSpec(num_prompts=4, max_tokens=12)
     a = agreement_probe.collect(live.url, "smollm2", spec, tmp_path / "a.jsonl", concurrency=1)
     b = agreement_probe.collect(live.url, "smollm2", spec, tmp_path / "b.jsonl", concurrency=1)

@@ -169,8 +169,8 @@ class Estimate:
 
 def t_quantile(q: float, df: float) -> float:
     """Student's t quantile, bit for bit what scipy.stats.t.ppf(q, df) returns: the scipy.special
-    function it calls, without stats.t's per-call argument handling (about 50 us a call, 50 times
-    the function's own cost). Design simulations decide each gate some 10^5 times."""
+    function it calls, without stats.t's per-call argument handling, which costs far more than the
+    function itself. Design simulations decide every gate many thousand times."""
     return float(special.stdtrit(df, q))
 
 

@@ -51,6 +51,20 @@ class Noise:
 
     higher_is_better: bool
     arms: dict[tuple[str, ...], list[list[float]]] = field(default_factory=dict)  # arm -> per start, its runs
+    source: dict[tuple[str, ...], str] = field(default_factory=dict)  # arm -> the GPU and day it ran on
+
+    def estimates(self) -> int:
+        """Arms that estimate a start-to-start variance: two starts or more with a value (an arm whose
+        every run lacks the metric, or with one start, estimates nothing and is not counted)."""
+        return sum(1 for a in self.arms.values() if len(a) > 1)
+
+    def by_source(self) -> dict[str, tuple[float, int]]:
+        """The pooled per-start variance and its df on each GPU and day, to show where the noise comes from."""
+        out: dict[str, tuple[float, int]] = {}
+        for src in sorted(set(self.source.values())):
+            arms = {k: a for k, a in self.arms.items() if self.source[k] == src}
+            out[src] = Noise(self.higher_is_better, arms).per_start()
+        return out
 
     def per_start(self) -> tuple[float, int]:
         """Variance of a start's mean as the runs were made, pooled by df (starts - 1 per arm)."""
@@ -59,9 +73,12 @@ class Noise:
         return (sum(v * k for v, k in parts) / df if df else math.nan), df
 
     def components(self) -> tuple[float, float, int]:
-        """(between-start variance, run-to-run variance, the latter's df): a one-way split. The
-        between-start part is what start means vary by beyond their runs' own spread (floored at 0)."""
-        within = [(statistics.variance(s), len(s) - 1) for a in self.arms.values() for s in a if len(s) > 1]
+        """(between-start variance, run-to-run variance, the latter's df). The between-start part is
+        what start means vary by beyond their runs' own spread (floored at 0). The run-to-run part is
+        taken after each run position's mean shift in its arm (a start's second run slower than its
+        first, alike in every start of both arms): that shift cancels in the comparison, which runs
+        the same positions in every start, so it is not noise a start's mean carries."""
+        within = [_within(a) for a in self.arms.values()]
         wdf = sum(k for _, k in within)
         w = sum(v * k for v, k in within) / wdf if wdf else math.nan
         parts = []
@@ -71,6 +88,24 @@ class Noise:
                 parts.append((_start_mean_var(a) - w / runs, len(a) - 1))
         df = sum(k for _, k in parts)
         return max(sum(v * k for v, k in parts) / df, 0.0) if df else math.nan, w, wdf
+
+
+def _within(arm: list[list[float]]) -> tuple[float, int]:
+    """An arm's run-to-run variance and df: residuals from each start's mean and, where every start
+    ran the same number of runs, from each run position's mean shift too (a two-way split)."""
+    starts = [s for s in arm if len(s) > 1]
+    if not starts:
+        return 0.0, 0
+    runs = len(starts[0])
+    if len(starts) > 1 and all(len(s) == runs for s in starts):
+        grand = statistics.mean(x for s in starts for x in s)
+        shift = [statistics.mean(s[j] for s in starts) - grand for j in range(runs)]
+        ss = sum((x - statistics.mean(s) - shift[j]) ** 2 for s in starts for j, x in enumerate(s))
+        df = (len(starts) - 1) * (runs - 1)
+        return ss / df, df
+    ss = sum(statistics.variance(s) * (len(s) - 1) for s in starts)
+    df = sum(len(s) - 1 for s in starts)
+    return ss / df, df
 
 
 def _start_mean_var(arm: list[list[float]]) -> float:
@@ -84,9 +119,12 @@ def load(runs: list[Path], metrics: list[str]) -> tuple[dict[str, Noise], list[f
     noise: dict[str, Noise] = {}
     starts_s, runs_s = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for run in runs:
-            d = packed.unpack(run, Path(tmp) / run.name) if packed.is_packed(run) else run
-            for row in analyze(d).comparison:
+        for i, run in enumerate(runs):  # two examples may share a folder name (plant-0.21ms)
+            d = packed.unpack(run, Path(tmp) / f"{i}-{run.name}") if packed.is_packed(run) else run
+            an = analyze(d)
+            gpu = ", ".join(sorted({g.get("name", "?") for g in an.environment.get("gpus", [])})) or "no GPU"
+            src = f"{gpu}, {str(an.run.get('started', '?'))[:10]}"
+            for row in an.comparison:
                 if row.key not in metrics:
                     continue
                 n = noise.setdefault(row.key, Noise(row.higher_is_better))
@@ -98,7 +136,9 @@ def load(runs: list[Path], metrics: list[str]) -> tuple[dict[str, Noise], list[f
                     for v, s in zip(values, starts):
                         if math.isfinite(v) and v > 0:
                             by[s].append(math.log(v))
-                    n.arms.setdefault(tuple(f"{v:.9g}" for v in values), [by[s] for s in sorted(by)])
+                    key = tuple(f"{v:.9g}" for v in values)
+                    n.arms.setdefault(key, [by[s] for s in sorted(by)])
+                    n.source.setdefault(key, src)
             a, b = phase_costs(RunDir(d).run_json)
             starts_s += a
             runs_s += b
@@ -118,10 +158,15 @@ def phase_costs(run_json: Path) -> tuple[list[float], list[float]]:
     return starts, runs
 
 
-def upper(var: float, df: int, level: float = 0.9) -> float:
-    """The one-sided upper confidence bound of a pooled variance (chi-square, df): what a noisier
-    day or machine than the ones measured could plausibly show."""
-    return var * df / float(chi2.ppf(1 - level, df))
+def interval(var: float, df: int, level: float = 0.95) -> tuple[float, float]:
+    """The two-sided confidence interval of a pooled variance (chi-square, df). Its upper end is what
+    a noisier day or machine than the ones measured could plausibly show; every MDE is also quoted there."""
+    tail = (1 - level) / 2
+    return var * df / float(chi2.ppf(1 - tail, df)), var * df / float(chi2.ppf(tail, df))
+
+
+def upper(var: float, df: int) -> float:
+    return interval(var, df)[1]
 
 
 def truths(path: Path | None) -> dict[str, dict[str, float]]:
@@ -177,25 +222,26 @@ def main() -> int:
     )
     print("## Minimum detectable effect at 80% power (Welch's test, each look's alpha)\n")
     print(
-        "| metric | per-start sd (upper 90% bound) | arm estimates (df) | "
+        "| metric | per-start sd [95% interval] | arm estimates (df) | "
         + " | ".join(f"{k} + {k}" for k in looks)
-        + f" | {first} + {first} at the bound |"
+        + f" | {first} + {first}, sd at its upper 95% bound |"
     )
     print("|---|---:|---:|" + "---:|" * (len(looks) + 1))
     for g in gates:
         v, df = pooled[g.metric]
-        hi = upper(v, df)
+        lo, hi = interval(v, df)
         cells = " | ".join(f"{100 * mde(v, v, k, at[k]):.2f}%" for k in looks)
         print(
-            f"| {g.metric} | {100 * math.sqrt(v):.2f}% ({100 * math.sqrt(hi):.2f}%) | {len(noise[g.metric].arms)} ({df}) "
-            f"| {cells} | {100 * mde(hi, hi, first, at[first]):.2f}% |"
+            f"| {g.metric} | {100 * math.sqrt(v):.2f}% [{100 * math.sqrt(lo):.2f}, {100 * math.sqrt(hi):.2f}] | "
+            f"{noise[g.metric].estimates()} ({df}) | {cells} | {100 * mde(hi, hi, first, at[first]):.2f}% |"
         )
+    sources_table(gates, noise)
 
     var = {m: v for m, (v, _) in pooled.items()}
     bound = {m: upper(v, df) for m, (v, df) in pooled.items()}
     cases: list[tuple[str, dict[str, float], dict[str, float]]] = [
         ("A/A", {}, var),
-        ("A/A, every sd at its upper 90% bound", {}, bound),
+        ("A/A, every sd at its upper 95% bound", {}, bound),
     ]
     cases += [(f"{g.metric} 1% worse", one_percent(g.metric, noise[g.metric].higher_is_better), var) for g in gates]
     cases += [(name, t, var) for name, t in truths(a.truths).items()]
@@ -227,6 +273,22 @@ def main() -> int:
 
     design_table(gates, noise, models, plan, start_s, run_s)
     return 0
+
+
+def sources_table(gates, noise: dict[str, Noise]) -> None:
+    """Each gated metric's per-start sd on each GPU and day the runs came from: a pooled figure from
+    one sitting says less than the same figure from several."""
+    print("\n## Where the variance comes from (per-start sd, its df, per GPU and day)\n")
+    srcs = sorted({src for g in gates for src in noise[g.metric].source.values()})
+    print("| metric | " + " | ".join(srcs) + " |\n|---|" + "---:|" * len(srcs))
+    for g in gates:
+        by = noise[g.metric].by_source()
+        cells = [by.get(src, (math.nan, 0)) for src in srcs]
+        print(
+            f"| {g.metric} | "
+            + " | ".join(f"{100 * math.sqrt(v):.3f}% ({df})" if df else "-" for v, df in cells)
+            + " |"
+        )
 
 
 def design_table(gates, noise: dict[str, Noise], models, plan: Plan, start_s: list[float], run_s: list[float]) -> None:

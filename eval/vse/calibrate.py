@@ -88,6 +88,43 @@ def facts(a) -> cal.BaselineFacts:
     )
 
 
+def server_minutes(run: dict) -> float:
+    """Minutes this run's own servers were up (each start to its stop, from run.json's phases): the
+    device time a comparison costs, leaving out the machine's start, installs and a reused arm."""
+    up: dict[str, datetime] = {}
+    total = 0.0
+    for p in run.get("phases", []):
+        at = datetime.fromisoformat(p["at"])
+        if p["phase"] == "start server":
+            up[p.get("arm", "")] = at
+        elif p["phase"] == "stop server" and (t := up.pop(p.get("arm", ""), None)) is not None:
+            total += (at - t).total_seconds()
+    return total / 60
+
+
+def design_row(a) -> str:
+    """One comparison's design as run: the starts made, where the sequential plan stopped, its cost."""
+    rs, run = a.scenario.run, a.run
+    made = " + ".join(str(len(a.arms[n].servers)) if n in a.arms else "0" for n in ("baseline", "candidate"))
+    reused = [p["arm"] for p in run.get("phases", []) if p["phase"] == "reused arm"]
+    looks = run.get("looks") or []
+    if run.get("stopped"):
+        where = f"cut before its plan ended: {run['stopped'].split(';')[0]}"
+    elif looks:
+        last = looks[-1]
+        where = f"look {last['look']} of {last['of']}" + (
+            f", undecided: {', '.join(last['undecided'])}" if last.get("undecided") else ", every gate decided"
+        )
+    else:
+        where = "fixed design (no sequential looks)"
+    plan = f"{rs.server_starts} to {rs.max_server_starts}" if rs.max_server_starts else f"{rs.server_starts}"
+    return (
+        f"| {a.run_dir.name} | {plan} per arm x {a.scenario.workload.repeats} run(s) | {made}"
+        f"{' (' + ', '.join(reused) + ' reused)' if reused else ''} | {where} | "
+        f"{ExitCode.describe(a.exit_code)} (exit {a.exit_code}) | {server_minutes(run):.1f} |"
+    )
+
+
 def report(runs: list[Path], out: Path) -> int:
     analyses = [analyze(r) for r in runs]
     if not analyses or "baseline" not in analyses[0].arms:
@@ -142,6 +179,16 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         "MDE: the change the scenario's first look (its server_starts per arm, at this run's gate alpha) would "
         "detect with 80% power in the gates' Welch test, with the start-to-start variances this run measured "
         "(benchmarks/mde_projection.py projects every look of the sequential plan).",
+        "",
+    ]
+    L += [
+        "| run | plan | starts made (baseline + candidate) | where it stopped | verdict | server minutes |",
+        "|---|---|---|---|---|---:|",
+        *[design_row(a) for a in analyses],
+        "",
+        "Server minutes: the sum of this run's own server starts, each from its launch to its stop (warm-up and "
+        "runs included), across every device call that resumed it; a reused arm's starts count in the run that "
+        "made them. The machine's own start and installs are not in it.",
         "",
     ]
     for a in analyses:

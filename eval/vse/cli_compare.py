@@ -38,13 +38,12 @@ def report_run(run_dir: Path, noise_run: Path | None, gemm: Path | None = None, 
 
 
 def cmd_compare(args) -> int:
-    from vse.compare import CompareOptions, run_compare, start_run
+    from vse.compare import CompareOptions, aa_scenario, run_compare, start_run
 
     reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
     opts = CompareOptions(
         reports_root=Path(args.reports),
         cache=args.cache,
-        aa=args.aa,
         reuse=reuse,
         console=console,
         resume=bool(args.resume),
@@ -57,6 +56,7 @@ def cmd_compare(args) -> int:
         s, run_dir = resumed(Path(args.resume), args)
     else:
         s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set + _run_sets(args))
+        s = aa_scenario(s) if args.aa else s  # before the preflight: it checks the arms that will run
         run_dir = None
     if (refused := _before_anything_starts(s, args)) is not None:
         return refused
@@ -104,7 +104,8 @@ def _before_anything_starts(s, args) -> int | None:
     except UnsupportedError as e:
         _error(f"{e} (nothing was measured; no run directory kept)")
         return ExitCode.UNSUPPORTED
-    accuracy.check_inputs(s.accuracy)
+    if not s.model.weights_are_random:  # random weights: accuracy is reported as not applicable, lm-eval never runs
+        accuracy.check_inputs(s.accuracy)
     check_room(Path(args.reports), run_bytes_estimate(s))
     if (warning := long_on_cpu(s)) is not None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)

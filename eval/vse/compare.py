@@ -37,7 +37,6 @@ from vse.stats.decide import Outcome
 class CompareOptions:
     reports_root: Path = Path(REPORTS)
     cache: Path = DEFAULT_CACHE
-    aa: bool = False  # candidate := baseline, to measure the noise floor
     reuse: dict[str, Path] | None = None  # arm -> finished run directory to take that arm from
     console: Console | None = None
     resume: bool = False  # add server starts to an existing run directory (sequential across calls)
@@ -366,9 +365,7 @@ class Orchestrator:
 
 
 def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:
-    """The run's scenario (A/A applied) and its new directory, holding the resolved scenario."""
-    if opts.aa:
-        s = aa_scenario(s)
+    """The run's new directory, holding the resolved scenario (A/A already applied: aa_scenario)."""
     run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value)  # A/A: the name ends in -aa
     # Redacted: a ${HF_TOKEN} in an env section was expanded in memory, never on disk.
     RunDir(run_dir).scenario.write_text(yaml.safe_dump(redact(dump(s), secret_values(s)), sort_keys=False))

@@ -258,29 +258,54 @@ def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
     )
 
 
-def test_the_h200_mde_projection_rebuilds_from_the_committed_runs():
-    """reports/examples/h200-calibration/mde-projection.md (quoted in docs/statistics.md) is what
-    benchmarks/mde_projection.py computes from the committed runs' raw data."""
+def test_the_mde_projection_rebuilds_from_the_committed_runs():
+    """reports/examples/mde-projection.md (quoted in docs/statistics.md) is what
+    benchmarks/mde_projection.py computes from the committed runs' raw data: the H200's (two days)
+    and the H100's calibration at the scenario's own design, each sd with its 95% interval."""
     ex = ROOT / "reports" / "examples"
-    cal = ex / "h200-calibration"
+    cal, h100 = ex / "h200-calibration", ex / "h100-calibration-design"
     r = subprocess.run(
         [sys.executable, "benchmarks/mde_projection.py", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"]
         + ["--truths", str(cal / "calibration.json")]
         + [str(cal / n) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
-        + [str(ex / "h200-aa"), str(ex / "h200-cutlass-vs-torch")],
+        + [str(ex / "h200-aa"), str(ex / "h200-cutlass-vs-torch")]
+        + [str(h100 / n) for n in ("plant-0.21ms", "aa")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    committed = (cal / "mde-projection.md").read_text()
+    committed = (ex / "mde-projection.md").read_text()
     assert r.stdout.strip() in committed
-    # the decode gate from the runs that measured per token only (the calibration's three)
-    assert "| mean_decode_first_wave_ms | 0.08% (0.15%) | 6 (4) | 0.46% |" in r.stdout
+    # the decode gate from the runs that measured per token: arms with two starts or more counted, 9 df
+    assert "| mean_decode_first_wave_ms | 0.07% [0.05, 0.12] | 7 (9) | 0.38% |" in r.stdout
+    assert "| NVIDIA H100 80GB HBM3, 2026-12-06 | NVIDIA H200, 2026-12-03 | NVIDIA H200, 2026-12-04 |" in r.stdout
     assert "| plant-0.85ms (+0.85 ms per all step) | FAIL 1.000 |" in r.stdout
-    assert "| output_throughput | 0.000% | 0.270% (14) |" in r.stdout  # run-to-run noise only
-    assert "| 2 | 0.995 | 3.86 | 22.2 |" in r.stdout  # the committed design: 2 runs per start
+    assert "| mean_decode_first_wave_ms | 0.053% | 0.045% (5) |" in r.stdout  # the run-position shift taken out
+
+
+def test_the_h100_calibration_at_the_design_rebuilds_and_covers_its_truths(tmp_path):
+    """reports/examples/h100-calibration-design/calibration.md: +0.21 ms decided at the first look of
+    the scenario's own design (3 + 3 x 2), every gate interval covering its truth."""
+    cal = ROOT / "reports" / "examples" / "h100-calibration-design"
+    runs = [unpack(cal / n, tmp_path) for n in ("plant-0.21ms", "aa")]
+    r = subprocess.run(
+        [sys.executable, "-m", "vse.cli", "calibrate", "--reports", str(tmp_path / "out"), "--runs", *map(str, runs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    new = (next((tmp_path / "out").glob("*-calibrate")) / "calibration.md").read_text()
+    rows = lambda text: [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert rows(new) == rows((cal / "calibration.md").read_text())
+    assert "| plant-0.21ms | +0.21 ms per all step | mean_decode_first_wave_ms | gated | 5% | +1.56% | +1.53%" in new
+    assert (
+        "| plant-0.21ms | 3 to 6 per arm x 2 run(s) | 3 + 3 | look 1 of 4, every gate decided | ok (exit 0) | 19.1 |"
+        in new
+    )
 
 
 def test_the_real_models_gsm8k_table_passes_kernel_swaps_and_fails_a_planted_fault(tmp_path):

@@ -133,3 +133,12 @@ def test_a_server_that_stops_answering_during_lm_eval_ends_as_a_hang_after_one_t
         proc.kill()
         srv.shutdown()
     assert time.monotonic() - t < 15
+
+
+def test_a_python_without_lm_eval_is_named_in_one_line_before_anything_starts(monkeypatch):
+    """The GPU image has vLLM but not lm-eval: the preflight says so, not `internal error ModuleNotFoundError`."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # import lm_eval -> ImportError
+    with pytest.raises(accuracy.AccuracyError, match="lm-eval is not importable in .*accuracy.enabled=false"):
+        accuracy.check_inputs(AccuracySpec(data_dir=None))

@@ -363,3 +363,27 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", "--max-starts", "0"])
     assert e.value.code == 2 and "'0' is not a whole number of at least 1" in capsys.readouterr().err
+
+
+def test_an_aa_on_a_scenario_whose_candidate_this_gpu_refuses_checks_the_arms_it_will_run(
+    tmp_path, monkeypatch, capsys
+):
+    """--aa runs the baseline twice: the preflight must not refuse the scenario's own candidate
+    (FlashInfer on an SM90 GPU), which the A/A never starts. Nor does a random-weights scenario need
+    lm-eval (its accuracy is reported as not applicable): the GPU image lacks it."""
+    from vse.errors import SuiteError
+    from vse.server import lock, preflight
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    monkeypatch.setattr(preflight, "query_gpus", lambda: [preflight.Gpu(0, "NVIDIA H100", (9, 0), 0, 81559)])
+    monkeypatch.setattr(lock, "acquire", lambda *a, **k: None)
+
+    def stop(s, *a, **k):
+        raise SuiteError(f"stopped after the preflight; candidate {s.arms.candidate.backend.value}")
+
+    monkeypatch.setattr(provision, "ensure_for", stop)
+    argv = ["compare", "--scenario", "scenarios/h200-llama3.1-8b-fp8-dummy.yaml", "--reports", str(tmp_path)]
+    assert cli.main(argv) == 4  # the A/B: FlashInfer's per-tensor GEMM needs SM100
+    assert "needs compute capability 10.0+" in capsys.readouterr().err
+    assert cli.main([*argv, "--aa"]) == 2
+    assert "stopped after the preflight; candidate cutlass" in capsys.readouterr().err

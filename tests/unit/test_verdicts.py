@@ -36,6 +36,15 @@ def test_a_run_its_time_budget_stopped_says_so_and_how_to_go_on(tmp_path):
     assert not any(n.startswith("stopped") for n in analyze(write_run(tmp_path / "whole", runs, GATE)).notes)
 
 
+def test_a_budget_stop_before_the_candidate_started_is_a_stop_not_damage(tmp_path):
+    """A budget can end after the baseline's first start: the run is resumable, not damaged."""
+    base = [(0, 10.0), (0, 10.02)]
+    stop = "time budget of 545 s spent; RESUME to add starts"
+    a = analyze(write_run(tmp_path / "cut", {"baseline": base}, GATE, stopped=stop))
+    assert "candidate" not in a.arms and a.notes[0].startswith("stopped after 1 + 0 server starts")
+    assert a.exit_code == 3
+
+
 def test_a_disturbed_run_leaves_the_table_but_not_the_gate(tmp_path):
     base = [(0, 10.0), (0, 10.0), (1, 10.01), (1, 10.0)]
     cand = [(0, 10.2), (0, 11.0), (1, 10.2), (1, 10.21)]  # one run 8% slower: a stall, or the candidate

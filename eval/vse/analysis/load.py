@@ -72,7 +72,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     d = arm.path
     if not d.is_dir():
         other = [a for a in ARMS if a != name and layout.arm(a).path.is_dir()]
-        if complete and other:  # a finished A/B always has both arms
+        if complete and other and not _stopped(run_dir):  # a finished A/B has both arms; a budget stop may not
             raise DamagedRunError(f"{d}: missing, beside {other[0]}/; the run directory is damaged")
         return None
     spec = getattr(s.arms, name)
@@ -125,6 +125,11 @@ def starts_made(arms: dict[str, ArmAnalysis]) -> tuple[int, int]:
 def _complete(run_dir: Path) -> bool:
     path = RunDir(run_dir).run_json
     return path.is_file() and read_json(path).get("status") == "complete"
+
+
+def _stopped(run_dir: Path) -> bool:
+    """A time-budget stop: status complete, the plan not (`stopped` says why; RESUME goes on)."""
+    return bool(read_json(RunDir(run_dir).run_json).get("stopped"))
 
 
 def first_wave(s: Scenario) -> int | None:

@@ -53,7 +53,13 @@ class AccuracyResult:
 
 
 def _lm_eval_task_yaml(task: str) -> Path:
-    import lm_eval
+    try:
+        import lm_eval
+    except ImportError as e:  # a GPU image with vLLM but not the suite's lm-eval
+        raise AccuracyError(
+            f"accuracy.enabled: lm-eval is not importable in {sys.executable} ({e}); install it "
+            "(`pip install 'lm-eval[api]'`, the version requirements.lock pins) or set accuracy.enabled=false"
+        ) from None
 
     return Path(lm_eval.__file__).parent / "tasks" / task / f"{task}.yaml"
 

@@ -66,8 +66,8 @@ compare: $(SUITE_ENV)
 		$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(call tristate,AUTOTUNE))
 
 report: $(SUITE_ENV)
-	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json]"; exit 2; }
-	$(PY) -m vse.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(GEMM),--gemm $(GEMM))
+	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json] [REGATE=gates.KEY=VALUE]"; exit 2; }
+	$(PY) -m vse.cli report $(RUN) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(GEMM),--gemm $(GEMM)) $(foreach g,$(REGATE),--regate $(g))
 
 # FP8 GEMM timings on the scenario model's own shapes, per backend, on this machine's GPU.
 GEMM_OUT ?= reports/gemm

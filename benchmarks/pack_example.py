@@ -76,7 +76,7 @@ def raw_members(run: Path, arms: list[str]):
     for d in point_dirs(run):  # each point's scenario and records; its run and environment are the run's
         rel = f"sweep/{d.name}/"
         for name in ("scenario.yaml", "run.json", "environment.json"):
-            yield rel + name, (d / name).read_bytes()
+            yield rel + name, (packed_run_json(d / name) if name == "run.json" else (d / name).read_bytes())
         yield from _arm_members(d, arms, rel)
 
 
@@ -208,12 +208,25 @@ def main() -> int:
     return 0
 
 
+def packed_run_json(run_json: Path) -> bytes:
+    """The example's raw data is rewritten here (timestamps rounded) and carries no seal: run.json
+    says so, or a run that sealed its data would read as one whose seal was lost (rundir/seal.py)."""
+    data = json.loads(run_json.read_text())
+    data["packed"] = "benchmarks/pack_example.py: timestamps rounded to the microsecond, no seal"
+    return (json.dumps(data, indent=1) + "\n").encode()
+
+
+def mark_packed(run_json: Path) -> None:
+    run_json.write_bytes(packed_run_json(run_json))
+
+
 def pack(run: Path, dest: Path, baseline_from: Path | None) -> None:
     """A run as a committed example: its reports' inputs, a server log per arm, the raw data packed."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in KEEP:
         if (run / name).is_file():
             shutil.copy(run / name, dest / name)
+    mark_packed(dest / "run.json")
     arms = ["candidate"] if baseline_from else ["baseline", "candidate"]
     if (run / "reference").is_dir() and not (baseline_from and _same_reference(run, baseline_from)):
         arms.append("reference")  # the agreement reference's scores (fidelity.py)

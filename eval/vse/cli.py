@@ -46,7 +46,7 @@ def cmd_report(args) -> int:
         )
     if args.gemm is not None and not args.gemm.is_file():
         raise SuiteError(f"GEMM={args.gemm}: no such file (a gemm.json written by make gemm-bench)")
-    return report_run(run, args.noise_run, args.gemm, args.vllm_detailed)
+    return report_run(run, args.noise_run, args.gemm, args.vllm_detailed, args.regate)
 
 
 def cmd_bench(args) -> int:
@@ -171,6 +171,14 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         help="a gemm.json from make gemm-bench on the run's GPU: its kernel view and what it predicts",
+    )
+    r.add_argument(
+        "--regate",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="decide the run with another gates.* setting than it was made with (the reports say so); "
+        "the run's scenario.yaml is sealed and stays as it was",
     )
     r.set_defaults(fn=cmd_report)
 

@@ -8,6 +8,7 @@ import shutil
 import time
 import traceback
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from vse import report
@@ -26,8 +27,14 @@ from vse.server import preflight
 from vse.server import process as server
 
 
-def report_run(run_dir: Path, noise_run: Path | None, gemm: Path | None = None, vllm_detailed: bool = False) -> int:
-    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed)
+def report_run(
+    run_dir: Path,
+    noise_run: Path | None,
+    gemm: Path | None = None,
+    vllm_detailed: bool = False,
+    regate: Sequence[str] = (),
+) -> int:
+    a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed, regate=regate)
     print(RunDir(run_dir).summary.read_text())
     console.print(
         f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "

@@ -67,6 +67,7 @@ class Orchestrator:
             baseline=s.arms.baseline.label,
             candidate=s.arms.candidate.label,
             weights_random=s.model.weights_are_random,
+            seal=seal.VERSION,  # this run seals its data: a seal.json deleted later is refused, not "made before seals"
         )
         self.model: models.ResolvedModel  # set by prepare() (a resumed run: execute()) before any use
         self.prompts: dict[int, list[Prompt]] = {}
@@ -369,6 +370,7 @@ def start_run(s: Scenario, opts: CompareOptions) -> tuple[Scenario, Path]:
     run_dir = new_run_dir(opts.reports_root, s.name, s.arms.candidate.backend.value)  # A/A: the name ends in -aa
     # Redacted: a ${HF_TOKEN} in an env section was expanded in memory, never on disk.
     RunDir(run_dir).scenario.write_text(yaml.safe_dump(redact(dump(s), secret_values(s)), sort_keys=False))
+    seal.add(run_dir, [RunDir(run_dir).scenario])  # the margins it is gated with are part of what it measured
     return s, run_dir
 
 

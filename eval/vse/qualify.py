@@ -224,12 +224,15 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/q
             "label": f":white_check_mark: {suite.name} {i + 1}/{len(suite.runs)}: {Path(e.scenario).stem}"
             + (f" ({e.backend.value})" if e.backend else ""),
             "key": f"qualify-{i + 1}",
-            # the candidate from a wheel the build names, in an environment of this build's own (two
-            # builds on one host never share one), removed when the step ends
+            # the candidate from a wheel the build names, in an environment of this job's own (a
+            # build's entries run side by side on one host: a folder per build was removed under
+            # the next entry), removed when the step ends; the wheel alone is installed over the
+            # image's packages, from the file, so nothing is fetched at run time
             "command": (
-                'if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then d=/tmp/vllm-candidate-$$BUILDKITE_BUILD_ID; '
-                'trap \'rm -rf "$$d"\' EXIT; python3 -m venv "$$d" && "$$d/bin/pip" install -q '
-                '"$$CANDIDATE_VLLM_WHEEL"; export CANDIDATE_VLLM_PYTHON=$$d/bin/python; fi\n'
+                'if [ -n "$${CANDIDATE_VLLM_WHEEL:-}" ]; then '
+                'd=$$(mktemp -d "$${TMPDIR:-/tmp}/vllm-candidate-$${BUILDKITE_JOB_ID:-job}.XXXXXX"); '
+                'trap \'rm -rf "$$d"\' EXIT; python3 -m venv --system-site-packages "$$d" && "$$d/bin/pip" install -q '
+                '--no-index --no-deps "$$CANDIDATE_VLLM_WHEEL"; export CANDIDATE_VLLM_PYTHON=$$d/bin/python; fi\n'
                 f"bin/ci-step {suite.name}-{i + 1} --run-in {reports}/runs -- "
                 f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"
             ),

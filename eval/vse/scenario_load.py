@@ -45,7 +45,7 @@ def _expand_env(value: Any) -> Any:
     return value
 
 
-def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = data
     for k in keys[:-1]:
@@ -82,7 +82,7 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
         _set_backend(path, data, backend)
     for item in overrides:  # after BACKEND: an explicit --set arms.candidate.label wins
         key, value = parse_override(item)
-        _set_path(data, key, value)
+        set_path(data, key, value)
     try:
         data = _expand_env(data)
     except KeyError as e:
@@ -124,7 +124,7 @@ def _set_backend(path: Path, data: dict[str, Any], backend: str) -> None:
     valid = [b.value for b in Backend]
     if backend not in valid:
         raise ScenarioError(f"{path}: arms.candidate.backend: BACKEND={backend!r} is not one of {', '.join(valid)}")
-    _set_path(data, "arms.candidate.backend", backend)
+    set_path(data, "arms.candidate.backend", backend)
     arms = data.get("arms") or {}
     cand = arms.get("candidate") if isinstance(arms, dict) else None
     if isinstance(cand, dict) and backend != "none":

@@ -61,6 +61,7 @@ def prepare(run_dir: Path, s: Scenario, v: float) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         ps = point_scenario(s, v)
         RunDir(d).scenario.write_text(yaml.safe_dump(redact(dump(ps), secret_values(ps)), sort_keys=False))
+        seal.add(d, [RunDir(d).scenario])
     return d
 
 

@@ -234,13 +234,18 @@ def test_agreement_gate_on_fails_fp32_against_bf16(smoke, tmp_path):
     run, _ = smoke
     copy = tmp_path / run.name
     shutil.copytree(run, copy)
-    text = (copy / "scenario.yaml").read_text()
-    (copy / "scenario.yaml").write_text(text.replace("agreement_mode: report", "agreement_mode: gate"))
     r = subprocess.run(
-        [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "vse.cli", "report", str(copy), "--regate", "gates.agreement_mode=gate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 1, r.stderr[-2000:]
-    assert "| output agreement | FAIL |" in (copy / "summary.md").read_text()
+    summary = (copy / "summary.md").read_text()
+    assert (
+        "| output agreement | FAIL |" in summary and "gated with settings other than those the run was made" in summary
+    )
 
 
 def test_an_undecided_gate_exits_3(smoke, tmp_path):
@@ -255,8 +260,12 @@ def test_an_undecided_gate_exits_3(smoke, tmp_path):
                 meta.unlink()  # a meta alone gone is a damaged run, refused (test_verdicts.py)
                 meta.with_name(meta.name.replace(".meta.json", ".jsonl")).unlink()
     # The copy stands for a run that only ever had those runs: its seal, which rightly refuses the
-    # removal (tests/unit/test_damaged_runs.py), goes too, as a run made before seals has none.
+    # removal (tests/unit/test_damaged_runs.py), goes too, as a run made before seals has none (and
+    # its run.json's word that it seals, or the lost seal is refused).
     (copy / "seal.json").unlink()
+    status = json.loads((copy / "run.json").read_text())
+    status.pop("seal")  # nor does its run.json say it seals
+    (copy / "run.json").write_text(json.dumps(status))
     r = subprocess.run(
         [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )

@@ -84,6 +84,7 @@ def agent(tmp_path):
         return r.returncode, r.stdout + r.stderr, annotations
 
     run.work = work  # type: ignore[attr-defined]
+    run.env = env  # type: ignore[attr-defined]
     return run
 
 
@@ -210,6 +211,53 @@ def test_ci_step_keeps_the_exit_code_without_an_agent(tmp_path):
     assert os.access(ROOT / "bin" / "ci-step", os.X_OK)
 
 
+def test_a_cancelled_step_is_annotated_stops_its_command_and_leaves_nothing(agent, tmp_path):
+    """Buildkite cancels a job (or its timeout fires) by signalling the job's process group: ci-step
+    passes the signal to its command's own group (vLLM servers included), annotates "cancelled" with
+    the last lines before the agent's grace ends, removes its temporary files, exits 128 + 15."""
+    import signal
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pid_file = tmp_path / "child.pid"
+    command = f"bin/ci-step cancel-me --report /nonexistent -- bash -c 'echo measuring; sleep 300 & echo $! > {pid_file}; wait'"
+    p = subprocess.Popen(
+        ["bash", "-e", "-c", command],
+        cwd=agent.work,
+        env={**agent.env, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the job's process group, as the agent starts it
+    )
+    for _ in range(100):
+        if pid_file.is_file() and pid_file.read_text().strip():
+            break
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 128 + 15, out
+    assert time.monotonic() - t0 < 10  # inside the agent's default 10 s cancel grace
+    calls = (tmp_path / "agent.log").read_text()
+    assert "annotate --style error --context cancel-me" in calls
+    (note,) = [n.read_text() for n in tmp_path.glob("agent.log.annotation.*")]
+    assert "cancelled after" in note and "SIGTERM" in note and "measuring" in note
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the command's own children were stopped too
+    assert list(tmp.iterdir()) == []  # no temporary log left behind
+
+
+def test_a_failing_command_that_is_not_vse_is_the_step_failing_not_a_gate(agent):
+    """Exit 1 means "a gate failed" only from vse: a failed `docker build` is the step failing."""
+    code, _, notes = agent("bin/ci-step image --report /dev/null -- bash -c 'echo no space left on device; exit 1'")
+    ((call, text),) = notes
+    assert code == 1 and "--style error" in call
+    assert "exit 1 (the step failed: bash exited 1)" in text and "gate failed" not in text
+
+
 def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
     (step,) = yaml.safe_load((ROOT / ".buildkite" / "release.yml").read_text())["steps"]
     code, out, _ = agent(as_agent_runs_it(step["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
@@ -224,10 +272,83 @@ def test_a_release_entry_on_an_agent_without_a_gpu_is_refused_and_leaves_its_res
 
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     entry = qualify.pipeline(qualify.load_suite("release"))["steps"][0]
-    assert "/tmp/vllm-candidate-$$BUILDKITE_BUILD_ID" in entry["command"]
     code, out, notes = agent(as_agent_runs_it(entry["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
     assert code == 4, out[-2000:]
     result = json.loads((agent.work / "reports" / "qualify" / "entry-1.json").read_text())
     assert result["exit_code"] == 4 and result["outcome"].startswith("UNSUPPORTED")
     ((call, _),) = notes
     assert "--style warning" in call and "--context release-1" in call
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal wheel standing for a candidate vLLM build: what the entry installs, offline."""
+    import zipfile
+
+    whl = folder / "candidate_probe-0.1-py3-none-any.whl"
+    info = "candidate_probe-0.1.dist-info"
+    files = {
+        "candidate_probe/__init__.py": "",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: candidate-probe\nVersion: 0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(whl, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+        z.writestr(f"{info}/RECORD", "".join(f"{n},,\n" for n in [*files, f"{info}/RECORD"]))
+    return whl
+
+
+def test_two_release_entries_of_one_build_side_by_side_on_one_host_both_finish(tmp_path):
+    """Hosts with 8 GPUs run 8 agents: a build's entries start seconds apart on one host, each in
+    its agent's checkout, with one TMPDIR. Each builds its candidate's environment in a folder of its
+    own job (one per build was removed under the other entry), installs the wheel with nothing
+    fetched, and both end refused here (no GPU) with their result and annotation."""
+    from vse import qualify
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    whl = _wheel(tmp_path)
+    entry = qualify.pipeline(qualify.load_suite("release"))["steps"][0]
+    procs = []
+    for job in ("job-a", "job-b"):
+        home = tmp_path / job
+        work, tools = home / "work", home / "tools"
+        work.mkdir(parents=True)
+        tools.mkdir()
+        for d in ("bin", "eval", "scenarios", "docker"):
+            (work / d).symlink_to(ROOT / d)
+        (tools / "buildkite-agent").write_text(AGENT)
+        (tools / "buildkite-agent").chmod(0o755)
+        env = {
+            "PATH": f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin",
+            "AGENT_LOG": str(home / "agent.log"),
+            "PY": sys.executable,
+            "HOME": str(home),
+            "VSE_CACHE": str(home / "cache"),
+            "TMPDIR": str(tmp),
+            "BUILDKITE_BUILD_ID": "build-1",  # the same build
+            "BUILDKITE_JOB_ID": job,
+            "CANDIDATE_VLLM_WHEEL": str(whl),
+            "PIP_NO_INDEX": "1",
+        }
+        procs.append(
+            (
+                home,
+                subprocess.Popen(
+                    ["bash", "-e", "-c", as_agent_runs_it(entry["command"])],
+                    cwd=work,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
+        )
+    for home, p in procs:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 4, out[-2000:]  # refused here: no GPU, after the wheel installed
+        assert "No module named" not in out and "Traceback" not in out
+        result = json.loads((home / "work" / "reports" / "qualify" / "entry-1.json").read_text())
+        assert result["exit_code"] == 4
+        assert "annotate --style warning --context release-1" in (home / "agent.log").read_text()
+    assert list(tmp.glob("vllm-candidate-*")) == []  # each job removed its own folder

@@ -7,6 +7,7 @@ from vse import cli, compare, reuse
 from vse.analysis import load_scenario_from_run
 from vse.compare_checks import ArmChecks
 from vse.models import provision
+from vse.rundir import seal
 from vse.rundir import state as run_state
 
 
@@ -64,6 +65,7 @@ def fake_plan(monkeypatch, decisions=()):
         (self.run_dir / arm).mkdir(exist_ok=True)
         meta = {"server_start": start, "started_ns": 0, "ended_ns": 40 * 10**9}
         (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps(meta))
+        seal.add(self.run_dir, [self.run_dir / arm / f"bench-{start}.meta.json"])  # as a run's end seals it
         if with_checks:
             save_checks(self, arm)
 

@@ -242,3 +242,53 @@ def test_a_reused_arm_measured_under_another_workload_is_refused(tmp_path, overr
     other = load_scenario("scenarios/cpu-smoke.yaml", overrides=[*base, override])
     with pytest.raises(SuiteError, match=f"BASE_RUN=.*its workload differs \\({said}\\)"):
         check_same_workload(other, "BASE_RUN", src)
+
+
+def sealing(run):
+    """The run as the current suite starts it: run.json says it seals, its scenario.yaml is sealed."""
+    status = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**status, "seal": seal.VERSION}))
+    seal.add(run, [RunDir(run).scenario])
+    return sealed(run)
+
+
+def test_a_deleted_seal_is_refused_not_read_as_a_run_from_before_seals(run, capsys):
+    (sealing(run) / "seal.json").unlink()
+    refused(run, r"seal.json: missing, though run.json says the run sealed its raw data")
+    r = vse(capsys, "report", run)
+    assert r.returncode == 2 and "seal.json: missing" in r.stderr.strip().splitlines()[-1]
+
+
+def test_loosened_margins_in_the_runs_scenario_are_refused(run):
+    sc = RunDir(sealing(run)).scenario
+    sc.write_text(sc.read_text().replace("max_worse_pct: 100.0", "max_worse_pct: 999.0"))
+    refused(run, "scenario.yaml: changed since the run sealed it")
+
+
+def test_other_gates_are_an_explicit_option_the_report_names(run, capsys):
+    """Deciding a run with other gate settings is a report option (--regate), named first in every
+    report; only gates.* can differ, and the sealed scenario.yaml is untouched."""
+    sealing(run)
+    before = RunDir(run).scenario.read_bytes()
+    r = vse(capsys, "report", run, "--regate", "gates.agreement_mode=gate")
+    assert r.returncode == 1  # the smoke run's fp32 arm fails output agreement once it is gated
+    summary = (run / "summary.md").read_text()
+    assert "gated with settings other than those the run was made with" in summary
+    assert "--regate gates.agreement_mode=gate" in summary
+    assert "gated with settings other" in json.dumps(json.loads((run / "results.json").read_text())["notes"])
+    assert RunDir(run).scenario.read_bytes() == before and seal.verify(run)
+    r = vse(capsys, "report", run, "--regate", "workload.num_prompts=2")
+    assert r.returncode == 2 and "only gates.* settings can differ" in r.stderr
+    assert vse(capsys, "report", run).returncode == 0  # as it was made: its own gates, no such note
+    assert "gated with settings other" not in (run / "summary.md").read_text()
+
+
+def test_a_new_run_says_it_seals_and_seals_its_scenario(tmp_path):
+    from vse import compare
+    from vse.scenario_load import load_scenario
+
+    s = load_scenario("scenarios/cpu-smoke.yaml")
+    s, run_dir = compare.start_run(s, compare.CompareOptions(reports_root=tmp_path))
+    assert "scenario.yaml" in seal.sealed(run_dir)
+    compare.Orchestrator(s, run_dir, compare.CompareOptions(reports_root=tmp_path))  # writes run.json
+    assert json.loads(RunDir(run_dir).run_json.read_text())["seal"] == seal.VERSION

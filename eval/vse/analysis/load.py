@@ -3,6 +3,7 @@ accuracy and agreement records. Reads raw data only."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,12 @@ import yaml
 
 from vse.checks import accuracy, agreement
 from vse.checks.agreement import Completion
-from vse.errors import DamagedRunError
+from vse.errors import DamagedRunError, SuiteError
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
 from vse.scenario import ARMS, Scenario
+from vse.scenario_load import parse_override, set_path
 from vse.stats import estimate, metrics
 from vse.stats import telemetry as gpu_telemetry
 from vse.stats.metrics import repeat_metrics
@@ -156,8 +158,17 @@ def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
     return i if n_servers == n_reps > 1 else 0
 
 
-def load_scenario_from_run(run_dir: Path) -> Scenario:
+def load_scenario_from_run(run_dir: Path, regate: Sequence[str] = ()) -> Scenario:
+    """The scenario the run was made with (sealed with it); `regate` (KEY=VALUE, gates.* keys only)
+    decides it with other gate settings, which every report then names (analysis/run.py)."""
     data = yaml.safe_load(RunDir(run_dir).scenario.read_text())
+    for item in regate:
+        key, value = parse_override(item)
+        if not key.startswith("gates."):
+            raise SuiteError(
+                f"--regate {item}: only gates.* settings can differ from the run's; the rest is what it measured"
+            )
+        set_path(data, key, value)
     gates_ = data.setdefault("gates", {})
     if "agreement_mode" not in gates_:  # made before agreement was a gate: it was reported only
         gates_["agreement_mode"] = "report"

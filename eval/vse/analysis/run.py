@@ -5,6 +5,7 @@ only, so `make report` can rebuild everything without a server."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,11 @@ class Analysis:
         return self.run.get("status") == "complete"
 
 
-def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None) -> Analysis:
+def analyze(
+    run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None, regate: Sequence[str] = ()
+) -> Analysis:
     run_dir = Path(run_dir)
-    s = load_scenario_from_run(run_dir)
+    s = load_scenario_from_run(run_dir, regate)
     layout = RunDir(run_dir)
     run = read_json(layout.run_json)
     env = read_json(layout.environment) if layout.environment.is_file() else {}
@@ -90,6 +93,13 @@ def analyze(run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | N
     if noise is not None and noise_run is not None:
         notes += _noise_notes(s, noise, noise_run)
     notes = _status_notes(run_dir, run, s, arms) + notes
+    if regate:  # first: a verdict under other margins than the run's must not pass for the run's own
+        notes.insert(
+            0,
+            "**gated with settings other than those the run was made with** (`--regate "
+            + " ".join(regate)
+            + "`); the run's own scenario.yaml is unchanged",
+        )
     own = layout.gemm_result
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
     results, points = _sweep_points(run_dir, s, results, gate_alpha, gemm_path)

@@ -4,7 +4,7 @@ one row per run and metric) and vLLM's own result file per run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,9 +32,14 @@ FORMATS: dict[str, ReportFormat] = {
 
 
 def build(
-    run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None, vllm_detailed: bool = False
+    run_dir: Path,
+    *,
+    noise_run: Path | None = None,
+    gemm_file: Path | None = None,
+    vllm_detailed: bool = False,
+    regate: Sequence[str] = (),
 ) -> Analysis:
-    a = analyze(run_dir, noise_run=noise_run, gemm_file=gemm_file)
+    a = analyze(run_dir, noise_run=noise_run, gemm_file=gemm_file, regate=regate)
     for _, point in a.sweep:  # each load point's own reports, beside its records
         write(point, vllm_detailed)
     write(a, vllm_detailed)

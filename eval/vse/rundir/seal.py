@@ -4,7 +4,11 @@ and the records with how many measured and warm-up requests they hold; so do an 
 result and agreement outputs when its checks end. Reading a run checks it:
 a sealed file that is missing or changed, or a records file the run never sealed (a copy added
 afterwards), is a damaged run, refused with the file named (report, history and resume alike).
-Runs made before seals existed have none; they get the design checks alone (rawdata)."""
+Runs made before seals existed have none; they get the design checks alone (rawdata). A run that
+seals says so in run.json (`seal`, the version) from its first moment, so a seal.json deleted later
+is refused rather than read as a run from before seals; so is its scenario.yaml, sealed when the run
+starts, whose margins the run is gated with. A committed example's raw data is rewritten by
+benchmarks/pack_example.py (timestamps rounded), which marks run.json `packed` and leaves the seal out."""
 
 from __future__ import annotations
 
@@ -84,9 +88,10 @@ def verify(run_dir: Path) -> bool:
     """Refuses (DamagedRunError, naming the file) a run whose raw data differs from its seal.
     False for a run that has no seal (made before seals), True for one that matches it."""
     files = sealed(run_dir)
-    if not files:
-        return False
     layout = RunDir(run_dir)
+    if not files:
+        _refuse_a_lost_seal(layout)
+        return False
     for rel, want in sorted(files.items()):
         p = layout.path / rel
         if not p.is_file():
@@ -108,3 +113,16 @@ def verify(run_dir: Path) -> bool:
                         f"{p}: not in the run's seal (added after the run); the run directory is damaged"
                     )
     return True
+
+
+def _refuse_a_lost_seal(layout: RunDir) -> None:
+    """A run whose run.json says it sealed its data, without a seal: the seal was lost or removed."""
+    try:
+        run = read_json(layout.run_json) if layout.run_json.is_file() else {}
+    except ValueError:
+        return  # run.json's own damage is named by whoever reads it next
+    if isinstance(run, dict) and run.get("seal") and not run.get("packed"):
+        raise DamagedRunError(
+            f"{layout.seal}: missing, though run.json says the run sealed its raw data (seal version "
+            f"{run['seal']}); the run directory is damaged"
+        )

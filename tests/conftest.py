@@ -46,6 +46,15 @@ def steps_rebuilt_and_counted(run: Path) -> list[tuple[Path, int, float]]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _own_device_locks(request, tmp_path_factory, monkeypatch):
+    """Unit tests lock devices in a folder of their own: a comparison running on this machine (the
+    real lock in /tmp) must not fail them. Integration tests keep the real lock: their timings
+    would be skewed by a comparison beside them, and being refused says so."""
+    if "integration" not in Path(str(request.node.fspath)).parts:
+        monkeypatch.setenv("VSE_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001
     """tests/integration needs `make setup` or runs whole commands: marked so `-m "not integration"`
     and `make test-unit` leave it out."""

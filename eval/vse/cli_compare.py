@@ -107,7 +107,7 @@ def _before_anything_starts(s, args) -> int | None:
     """What can be refused in seconds, before the setup (minutes, downloads) and any server start;
     then the device's lock, held until the command ends. Returns an exit code when refused here."""
     try:
-        preflight.run(s)
+        gpus = preflight.run(s)
     except UnsupportedError as e:
         _error(f"{e} (nothing was measured; no run directory kept)")
         return ExitCode.UNSUPPORTED
@@ -116,7 +116,8 @@ def _before_anything_starts(s, args) -> int | None:
     check_room(Path(args.reports), run_bytes_estimate(s))
     if (warning := long_on_cpu(s)) is not None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}")
+    used = [g.uuid or str(g.index) for g in gpus[: s.server.tensor_parallel_size]]  # the GPUs vLLM takes first
+    args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}", used)
     return None
 
 

@@ -30,6 +30,7 @@ AGENT = """#!/usr/bin/env bash
 # buildkite-agent stand-in: records the call, serves artifact download from $ARTIFACTS
 printf '%s\\n' "$*" >> "$AGENT_LOG"
 if [ "$1" = annotate ]; then cat > "$AGENT_LOG.annotation.$(date +%s%N)"; fi
+if [ "$1 $2" = "pipeline upload" ]; then cat > "$AGENT_LOG.pipeline"; fi
 if [ "$1 $2" = "artifact download" ]; then
   [ -d "${ARTIFACTS:-}" ] || exit 1
   cp -r "$ARTIFACTS"/. "$4"
@@ -263,6 +264,17 @@ def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
     code, out, _ = agent(as_agent_runs_it(step["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
     assert code == 0, out[-2000:]
     assert "pipeline upload" in (agent.work.parent / "agent.log").read_text()
+    assert "qualify-index" in (agent.work.parent / "agent.log.pipeline").read_text()  # what vse emitted
+
+
+def test_a_release_upload_whose_vse_fails_fails_the_step_and_annotates(agent):
+    """Without pipefail the upload's own success hid vse's failure (a release with no entries)."""
+    (step,) = yaml.safe_load((ROOT / ".buildkite" / "release.yml").read_text())["steps"]
+    command = as_agent_runs_it(step["command"]).replace("--suite release", "--suite no-such-suite")
+    code, out, notes = agent(command)
+    assert code == 2, out[-2000:]
+    ((call, text),) = notes
+    assert "--style error --context release-upload" in call and "no-such-suite" in text
 
 
 def test_a_release_entry_on_an_agent_without_a_gpu_is_refused_and_leaves_its_result(agent, monkeypatch):

@@ -122,3 +122,37 @@ def test_release_qualification_is_a_dynamic_pipeline_a_step_per_entry(tmp_path, 
     fi = [s for s, e in zip(entries, suite.runs) if e.backend == "flashinfer"]
     assert fi and all("VSE_BLACKWELL_QUEUE" in s["if"] for s in fi)
     assert "--aggregate" in p["steps"][-1]["command"]
+
+
+def _labels(pipeline: dict) -> list[str]:
+    out = []
+    for s in pipeline.get("steps", []):
+        if isinstance(s, dict):
+            out += [s[k] for k in ("label", "name") if isinstance(s.get(k), str)]
+            out += _labels(s) if "steps" in s else []  # a group's steps
+    return out
+
+
+def _every_pipeline() -> list[tuple[str, dict]]:
+    from vse import qualify
+
+    emitted = [
+        (f"qualify {p.stem}", qualify.pipeline(qualify.load_suite(p.stem)))
+        for p in (ROOT / "scenarios" / "suites").glob("*.yaml")
+    ]
+    return [(p.name, yaml.safe_load(p.read_text())) for p in PIPELINES] + emitted
+
+
+@pytest.mark.parametrize("name, pipeline", _every_pipeline(), ids=lambda x: x if isinstance(x, str) else "")
+def test_no_label_reads_a_literal_variable(name, pipeline):
+    """Buildkite interpolates a label at upload time: `$$X` becomes the text `$X`, and `${X}` must be
+    a variable known then (the pipeline's own env block, which it interpolates first, or Buildkite's)."""
+    import re
+
+    env = set((pipeline.get("env") or {}).keys())
+    for label in _labels(pipeline):
+        assert "$$" not in label, f"{name}: label {label!r} would read a literal $"
+        for var in re.findall(r"\$\{?([A-Za-z_]\w*)", label):
+            assert var in env or var.startswith("BUILDKITE_"), (
+                f"{name}: label {label!r} names ${var}, unknown at upload"
+            )

@@ -280,3 +280,41 @@ def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path, c
     r = vse_here(capsys, "history", "--db", tmp_path / "missing" / "h.sqlite", tmp_path)
     assert r.returncode == 2 and "the folder" in r.stderr and "does not exist" in r.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_postgres_urls_in_both_spellings_and_an_unreachable_database_in_one_line():
+    """VSE_HISTORY_URL may say postgres:// (libpq's short form: it failed with NoSuchModuleError);
+    a database that cannot be reached is named by host and port, never with its password."""
+    import pytest
+
+    from vse.history import schema
+    from vse.history.schema import HistoryError
+
+    assert schema.url_of("postgres://u:p@db:5433/h") == schema.url_of("postgresql://u:p@db:5433/h")
+    assert schema.url_of("postgres://u:p@db:5433/h").startswith("postgresql+psycopg://")
+    with pytest.raises(HistoryError) as e:
+        schema.connect("postgres://vse:hunter2@127.0.0.1:1/history")
+    said = str(e.value)
+    assert "postgresql 127.0.0.1:1/history cannot be reached" in said and "hunter2" not in said
+    assert "\n" not in said
+
+
+def test_the_trends_hint_offers_an_ack_for_every_regressed_series(tmp_path, capsys, monkeypatch):
+    """Two series regressed the same night (two scenarios): the hint gave one --ack line, so the
+    second regression stayed red with no command offered for it."""
+    from vse import cli
+    from vse.models import provision
+
+    monkeypatch.setattr(provision, "changepoint_python", lambda cache: None)
+    db_path = tmp_path / "h.sqlite"
+    with schema.connect(db_path).begin() as c:
+        for scenario in ("nightly", "other"):
+            for n in range(30):
+                level = 10_000 * (0.97 if n >= 20 else 1.0)
+                started = f"2026-11-{n + 1:02d}T02:00:00+00:00"
+                night(c, f"{scenario}-{n:02d}", started, level * (1 + 0.001 * (n % 3)), scenario=scenario)
+    code = cli.main(["trend", "--db", str(db_path), "--out", str(tmp_path / "t")])
+    out = capsys.readouterr().out
+    assert code == 1 and "2 series end in a regression nobody accepted" in out
+    acks = [ln for ln in out.splitlines() if "bin/vse trend --db ... --ack" in ln]
+    assert len(acks) == 2 and any("--ack nightly-20" in a for a in acks) and any("--ack other-20" in a for a in acks)

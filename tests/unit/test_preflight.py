@@ -1,5 +1,8 @@
 """Preflight decides in seconds, before any server starts."""
 
+import os
+from pathlib import Path
+
 import pytest
 from conftest import ROOT
 
@@ -66,29 +69,57 @@ def test_cpu_scenario_skips_gpu_checks():
     assert preflight.run(s) == []
 
 
-def test_a_second_comparison_on_the_same_devices_is_refused_naming_the_first(tmp_path, monkeypatch):
+def _second(tmp_path, *, gpus="None", tmpdir=None):
+    """Another process taking the lock, as a second `make compare` would, with its own TMPDIR."""
     import subprocess
     import sys
 
-    from vse.server import lock
-
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)
-    held = lock.acquire("vse compare cpu-smoke, started 09:00:00")
-    other = subprocess.run(  # another process, as a second `make compare` would be
-        [sys.executable, "-c", "from vse.server import lock; lock.acquire('second')"],
+    env = {**os.environ, "TMPDIR": str(tmpdir or tmp_path / "other-tmp")}
+    Path(env["TMPDIR"]).mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-c", f"from vse.server import lock; lock.acquire('second', {gpus})"],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "TMPDIR": str(tmp_path)},
+        env=env,
         timeout=60,
     )
+
+
+def test_a_second_comparison_on_the_same_devices_is_refused_naming_the_first(tmp_path):
+    """The lock lives where every job of the machine looks (VSE_LOCK_DIR here, /tmp by default),
+    whatever the job's TMPDIR: a second CPU comparison with a TMPDIR of its own is refused."""
+    from vse.server import lock
+
+    held = lock.acquire("vse compare cpu-smoke, started 09:00:00")
+    other = _second(tmp_path)
     assert other.returncode != 0 and "another comparison is running on this machine's devices" in other.stderr
     assert "vse compare cpu-smoke, started 09:00:00" in other.stderr
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # other GPUs of the same host: its own lock
-    lock.acquire("on GPU 1").close()
+    assert _second(tmp_path, gpus="['GPU-aaa']").returncode != 0  # a CPU comparison holds the whole machine
     held.close()
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    lock.acquire("after the first ended").close()
+    assert _second(tmp_path).returncode == 0
+
+
+def test_gpu_comparisons_lock_their_gpus_by_uuid_and_share_the_machine(tmp_path):
+    """8 agents on an 8-GPU host: comparisons on other GPUs run side by side; one GPU, however each
+    process names it, is one comparison's; a CPU comparison waits for them all."""
+    from vse.server import lock
+
+    held = lock.acquire("on GPU-aaa", ["GPU-aaa"])
+    assert _second(tmp_path, gpus="['GPU-bbb']").returncode == 0  # another GPU of the host
+    other = _second(tmp_path, gpus="['GPU-bbb', 'GPU-aaa']")  # TP2 over the held GPU
+    assert other.returncode != 0 and "on GPU-aaa" in other.stderr
+    assert _second(tmp_path).returncode != 0  # a CPU comparison: the machine is in use
+    held.close()
+    assert _second(tmp_path, gpus="['GPU-aaa']").returncode == 0
+
+
+def test_the_gpus_a_comparison_uses_are_those_cuda_visible_devices_names():
+    gpus = [preflight.Gpu(i, "NVIDIA H100", (9, 0), 0, 81559, f"GPU-{i}{i}{i}") for i in range(4)]
+    assert preflight.visible(gpus, None) == gpus
+    assert [g.index for g in preflight.visible(gpus, "2")] == [2]
+    assert [g.index for g in preflight.visible(gpus, "3,1")] == [3, 1]  # its order: vLLM's first GPU is 3
+    assert [g.index for g in preflight.visible(gpus, "GPU-222,0")] == [2, 0]  # UUIDs (or their prefixes)
+    assert preflight.visible(gpus, "") == [] and preflight.visible(gpus, "7,0") == []  # CUDA stops at a bad entry
 
 
 def test_a_cpu_comparison_that_would_take_hours_is_said_before_it_starts():

@@ -103,7 +103,10 @@ def url_of(db: str | Path) -> str:
     """A database URL, or a SQLite file path (the embedded default for one machine)."""
     text = str(db)
     if "://" in text:
-        return text.replace("postgresql://", "postgresql+psycopg://", 1) if text.startswith("postgresql://") else text
+        for alias in ("postgresql://", "postgres://"):  # libpq's two spellings, as VSE_HISTORY_URL may hold either
+            if text.startswith(alias):
+                return "postgresql+psycopg://" + text[len(alias) :]
+        return text
     parent = Path(text).parent
     if not parent.is_dir():  # a typo in a path would otherwise grow folders where none should be
         raise HistoryError(f"--db {text}: the folder {parent} does not exist")
@@ -118,11 +121,26 @@ def connect(db: str | Path) -> sa.Engine:
             "(the nightly's is VSE_HISTORY_URL, an agent secret)"
         )
     engine = sa.create_engine(url_of(db))
-    with engine.begin() as c:
-        if engine.dialect.name == "postgresql":  # agents starting at once: one migrates, the others wait
-            c.execute(sa.text("SELECT pg_advisory_xact_lock(7315)"))
-        _migrate(c)
+    try:
+        with engine.begin() as c:
+            if engine.dialect.name == "postgresql":  # agents starting at once: one migrates, the others wait
+                c.execute(sa.text("SELECT pg_advisory_xact_lock(7315)"))
+            _migrate(c)
+    except sa.exc.OperationalError as e:
+        raise HistoryError(f"the history database at {where(engine.url)} cannot be reached: {_first_line(e)}") from None
     return engine
+
+
+def where(url: sa.URL) -> str:
+    """Where a database is, never with its credentials (a URL from an agent secret)."""
+    if url.get_backend_name() == "sqlite":
+        return str(url.database)
+    return f"{url.get_backend_name()} {url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+def _first_line(e: sa.exc.OperationalError) -> str:
+    text = str(e.orig).strip().splitlines()
+    return text[0][:300] if text else type(e.orig).__name__
 
 
 def _migrate(c: sa.Connection) -> None:

@@ -91,16 +91,19 @@ def markdown(series: list[Series], walk: list[str] | None = None) -> str:
     methods = sorted({s.detection.method.value for s in series})
     open_ = [s for s in series if s.open_regression()]
     if open_:
-        s0 = open_[0]
-        c0 = s0.open_regression()
-        assert c0 is not None
         L += [
             "",
             f"{len(open_)} series end in a regression nobody accepted. Once one is understood and accepted, "
-            "record who and why, and the trend stops failing on it:",
+            "record who and why, and the trend stops failing on it (one line per series):",
             "",
-            f"    bin/vse trend --db ... --ack {s0.points[c0.index].key[:12]} --metric {s0.metric} --why '...'",
         ]
+        for s in open_:
+            c = s.open_regression()
+            assert c is not None
+            L.append(
+                f"    bin/vse trend --db ... --ack {s.points[c.index].key[:12]} --metric {s.metric} --why '...'"
+                f"   # {s.key.title()}"
+            )
     if walk:
         L += ["", "## This walk of the run directories", ""] + [f"- {line}" for line in walk]
     L += [

@@ -1,42 +1,84 @@
 """One comparison at a time per device: a second one on the same machine and GPUs would share
 its cores and GPUs with the first, and both verdicts would carry that skew silently. The lock is
-the kernel's (flock): it goes with the process that holds it, however that process ends."""
+the kernel's (flock): it goes with the process that holds it, however that process ends.
+
+What is locked is what the devices are, not how this process names them: each GPU the servers
+will use by its UUID (CUDA_VISIBLE_DEVICES may say 0 in one agent and the UUID in another), and
+the machine itself. A CPU comparison takes the machine alone; a GPU comparison shares the machine
+with other GPU comparisons (8 agents on an 8-GPU host) and takes its own GPUs alone. The files
+live where every user and job of the machine looks (/tmp, or VSE_LOCK_DIR), whatever TMPDIR says,
+and are created writable by all, so another user's comparison is refused too."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import re
-import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from vse.errors import PreflightError
 
-
-def lock_path() -> Path:
-    """One lock per set of visible GPUs (all of a CPU machine's cores count as one device)."""
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "all") or "none"
-    return Path(tempfile.gettempdir()) / f"vse-compare-{re.sub(r'[^0-9A-Za-z,-]', '_', devices)}.lock"
+SHARED_DIR = "/tmp"  # not tempfile.gettempdir(): a job's own TMPDIR would give it a lock of its own
 
 
-def acquire(what: str) -> IO[str]:
-    """Hold the device's lock for as long as the returned file stays open; refuses at once, naming
-    the comparison that holds it, when another has it."""
-    path = lock_path()
-    f = open(path, "a+")
+def lock_dir() -> Path:
+    return Path(os.environ.get("VSE_LOCK_DIR") or SHARED_DIR)
+
+
+def _path(name: str) -> Path:
+    return lock_dir() / f"vse-compare-{re.sub(r'[^0-9A-Za-z-]', '_', name)}.lock"
+
+
+@dataclass
+class DeviceLock:
+    """The open lock files; the devices stay locked while this object lives."""
+
+    files: list[IO[str]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files.clear()
+
+
+def _open(path: Path) -> IO[str]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.fchmod(fd, 0o666)  # the umask's bits back: another user's comparison opens it too
+    except PermissionError:
+        pass  # created by another user: they set its mode
+    return os.fdopen(fd, "r+")
+
+
+def _take(lock: DeviceLock, name: str, exclusive: bool, what: str) -> None:
+    path = _path(name)
+    f = _open(path)
+    try:
+        fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
+        lock.close()
         raise PreflightError(
             f"another comparison is running on this machine's devices ({holder}; lock {path}): two at once "
             "would skew each other's numbers. Wait for it to end, or stop it"
         ) from None
-    f.seek(0)
+    f.seek(0)  # a shared lock names its latest holder
     f.truncate()
     f.write(f"pid {os.getpid()}: {what}")
     f.flush()
-    return f
+    lock.files.append(f)
+
+
+def acquire(what: str, gpu_uuids: list[str] | None = None) -> DeviceLock:
+    """Hold the devices' locks for as long as the returned object lives; refuses at once, naming the
+    comparison that holds one, when another has it. gpu_uuids: the GPUs the servers will use (None
+    or empty: a CPU comparison, which takes the whole machine)."""
+    lock = DeviceLock()
+    _take(lock, "machine", exclusive=not gpu_uuids, what=what)
+    for uuid in sorted(gpu_uuids or []):
+        _take(lock, f"gpu-{uuid}", exclusive=True, what=what)
+    return lock

@@ -23,14 +23,21 @@ class Gpu:
     compute_capability: tuple[int, int]
     memory_used_mib: int
     memory_total_mib: int
+    uuid: str = ""
 
 
 def query_gpus() -> list[Gpu]:
-    """GPUs as nvidia-smi sees them; [] where there is no NVIDIA driver."""
+    """The GPUs this process's servers can see (CUDA_VISIBLE_DEVICES, by index or UUID, in its
+    order), as nvidia-smi sees them; [] where there is no NVIDIA driver. nvidia-smi lists every GPU
+    of the host: on a host shared by several agents the others' GPUs are not this comparison's."""
     if not shutil.which("nvidia-smi"):
         return []
     out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.used,memory.total", "--format=csv,noheader,nounits"],
+        [
+            "nvidia-smi",
+            "--query-gpu=index,name,compute_cap,memory.used,memory.total,uuid",
+            "--format=csv,noheader,nounits",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
@@ -39,10 +46,24 @@ def query_gpus() -> list[Gpu]:
         return []
     gpus = []
     for line in out.stdout.strip().splitlines():
-        idx, name, cc, used, total = [p.strip() for p in line.split(",")]
+        idx, name, cc, used, total, uuid = [p.strip() for p in line.split(",")]
         major, minor = cc.split(".")
-        gpus.append(Gpu(int(idx), name, (int(major), int(minor)), int(float(used)), int(float(total))))
-    return gpus
+        gpus.append(Gpu(int(idx), name, (int(major), int(minor)), int(float(used)), int(float(total)), uuid))
+    return visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(gpus: list[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
+    """The GPUs CUDA_VISIBLE_DEVICES names, in its order (indices, UUIDs or their prefixes; CUDA
+    stops at the first entry it cannot match); all of them when it is unset."""
+    if cuda_visible_devices is None:
+        return gpus
+    out: list[Gpu] = []
+    for item in (x.strip() for x in cuda_visible_devices.split(",")):
+        match = [g for g in gpus if (item.isdigit() and g.index == int(item)) or (item and g.uuid.startswith(item))]
+        if not match or match[0] in out:
+            break
+        out.append(match[0])
+    return out
 
 
 def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:

@@ -279,6 +279,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("check", help="validate a scenario file")
     _scenario_args(ck)
     ck.add_argument("--backend", default="", help="the candidate arm's GEMM backend (as make check BACKEND=)")
+    ck.add_argument("--reports", default=REPORTS, help="where compare would write (its room is checked too)")
     ck.set_defaults(fn=cmd_check)
 
 

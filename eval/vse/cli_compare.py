@@ -13,13 +13,12 @@ from pathlib import Path
 
 from vse import report
 from vse.analysis import load_scenario_from_run
-from vse.checks import accuracy
 from vse.cli_ops import console
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir import state as run_state
-from vse.rundir.files import check_room, planned_requests, read_json, run_bytes_estimate, write_json
+from vse.rundir.files import planned_requests, read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.scenario_load import load_scenario
 from vse.server import lock as device_lock
@@ -107,13 +106,10 @@ def _before_anything_starts(s, args) -> int | None:
     """What can be refused in seconds, before the setup (minutes, downloads) and any server start;
     then the device's lock, held until the command ends. Returns an exit code when refused here."""
     try:
-        gpus = preflight.run(s)
+        gpus = preflight.before_a_comparison(s, Path(args.reports))
     except UnsupportedError as e:
         _error(f"{e} (nothing was measured; no run directory kept)")
         return ExitCode.UNSUPPORTED
-    if not s.model.weights_are_random:  # random weights: accuracy is reported as not applicable, lm-eval never runs
-        accuracy.check_inputs(s.accuracy)
-    check_room(Path(args.reports), run_bytes_estimate(s))
     if (warning := long_on_cpu(s)) is not None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     used = [g.uuid or str(g.index) for g in gpus[: s.server.tensor_parallel_size]]  # the GPUs vLLM takes first

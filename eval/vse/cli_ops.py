@@ -219,17 +219,22 @@ def cmd_setup(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from vse.checks import accuracy
     from vse.scenario_load import load_scenario
     from vse.server import preflight
 
     s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
     console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
-    # What this machine's preflight would say, on a line of its own: a GPU scenario validated on a
-    # laptop is still a valid file.
+    if not s.gates.performance and not s.accuracy.enabled and s.gates.agreement_mode != "gate":
+        console.print(
+            "warning: this scenario gates nothing (no gates.performance, accuracy off, agreement reported): "
+            "every comparison of it PASSes whatever it measures",
+            soft_wrap=True,
+            highlight=False,
+        )
+    # What compare's own preflight would say on this machine, on a line of its own: a GPU scenario
+    # validated on a laptop is still a valid file.
     try:
-        preflight.run(s)
-        accuracy.check_inputs(s.accuracy)
+        preflight.before_a_comparison(s, Path(args.reports))
         console.print("preflight on this machine: would start", highlight=False)
     except SuiteError as e:
         console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)

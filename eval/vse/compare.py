@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from vse import reuse, sweep
 from vse.analysis import analyze
 from vse.compare_checks import ArmChecks
-from vse.errors import SuiteError
+from vse.errors import ServerError, SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint
@@ -227,15 +227,18 @@ class Orchestrator:
             transient=True,
         ) as prog:
             task = prog.add_task(f"{arm}: server start {start + 1}, run {k + 1}{where}", total=len(measured))
-            res = run_repeat(
-                Target(srv.url, self.s.model.served_name, srv.cfg.api_key()),
-                RunPrompts(measured, self.prompt_shas[k], self.model.tokenizer, warmup=warm),
-                w,
-                out / arm,
-                repeat=k,
-                on_done=lambda _r: prog.advance(task),
-                extra_meta={"server_start": start, "server": self.server_count - 1},
-            )
+            try:
+                res = run_repeat(
+                    Target(srv.url, self.s.model.served_name, srv.cfg.api_key()),
+                    RunPrompts(measured, self.prompt_shas[k], self.model.tokenizer, warmup=warm),
+                    w,
+                    out / arm,
+                    repeat=k,
+                    on_done=lambda _r: prog.advance(task),
+                    extra_meta={"server_start": start, "server": self.server_count - 1},
+                )
+            except ServerError as e:  # a warm-up the server refused or never answered: which server, where its log is
+                raise ServerError(f"{arm}: {e} (log: {srv.log_path})") from None
         ok = [r for r in res.records if r.phase == "measure" and r.success]
         failed = [r for r in res.records if r.phase == "measure" and not r.success]
         out_tok = sum(r.output_tokens for r in ok)

@@ -402,6 +402,9 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
     assert p.returncode == 2, err[-2000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], err[-2000:]
+    assert "candidate" in lines[0] and re.search(r"log: \S+/candidate/server-\d+\.log", lines[0]), lines[
+        0
+    ]  # which, where
     assert time.monotonic() - t < 60  # one read timeout (8 s) plus stopping, not two
     new = log.parent.parent
     assert json.loads((new / "run.json").read_text())["status"] == "failed"

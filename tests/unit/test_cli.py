@@ -389,3 +389,37 @@ def test_an_aa_on_a_scenario_whose_candidate_this_gpu_refuses_checks_the_arms_it
     assert "needs compute capability 10.0+" in capsys.readouterr().err
     assert cli.main([*argv, "--aa"]) == 2
     assert "stopped after the preflight; candidate cutlass" in capsys.readouterr().err
+
+
+def test_check_runs_compares_own_preflight_and_neither_leaves_a_run_folder(tmp_path, monkeypatch, capsys):
+    """A model folder that does not exist, a hub id neither cached nor reachable: `vse check` said
+    "would start" for both, and compare refused the folder only after making a run folder (the hub
+    id a minute into vLLM's start). Now both refuse in the preflight, with the same words."""
+    monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: (_ for _ in ()).throw(AssertionError("setup ran")))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens there
+    reports = tmp_path / "reports"
+    for model, said in (
+        (str(tmp_path / "no-such-model"), "is not a model directory (no config.json)"),
+        ("some-org/some-model", "is not in the Hugging Face cache"),
+    ):
+        sets = ["--set", f"model.id={model}", "--set", "model.builtin=null"]
+        assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets]) == 0
+        out = capsys.readouterr().err  # the console is stderr
+        assert "preflight on this machine: would refuse" in out and said in out
+        code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", *sets, "--reports", str(reports)])
+        err = capsys.readouterr().err
+        assert code == 2 and said in err.strip().splitlines()[-1]
+        assert not any(reports.glob("*/run.json"))  # refused before any run folder
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sets = ["--set", "model.id=some-org/some-model", "--set", "model.builtin=null"]
+    cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets])
+    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
+
+
+def test_check_says_when_a_scenario_gates_nothing(capsys):
+    sets = ["--set", "gates.performance=[]", "--set", "accuracy.enabled=false"]
+    assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets]) == 0
+    assert "this scenario gates nothing" in capsys.readouterr().err
+    assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml"]) == 0
+    assert "gates nothing" not in capsys.readouterr().err

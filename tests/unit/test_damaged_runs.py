@@ -292,3 +292,43 @@ def test_a_new_run_says_it_seals_and_seals_its_scenario(tmp_path):
     assert "scenario.yaml" in seal.sealed(run_dir)
     compare.Orchestrator(s, run_dir, compare.CompareOptions(reports_root=tmp_path))  # writes run.json
     assert json.loads(RunDir(run_dir).run_json.read_text())["seal"] == seal.VERSION
+
+
+def test_a_disk_that_fills_mid_run_still_leaves_run_json_saying_how_it_ended(tmp_path, monkeypatch):
+    """run.json stayed at "running" with no cause when the disk filled: its last write had no room.
+    Room is kept from the start (a reserve file) and given up for that write. Here the disk is full
+    for every write while the reserve exists."""
+    import errno
+
+    from vse.rundir import files
+    from vse.rundir.files import RunStatus
+
+    status = RunStatus(tmp_path, scenario="x")
+    reserve = RunDir(tmp_path).run_json_reserve
+    assert reserve.stat().st_size == files.RESERVE_BYTES
+    real = files.write_json
+
+    def full(path, data):
+        if reserve.exists():
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(files, "write_json", full)
+    status.finish("failed", "the disk is full, writing bench-3.jsonl")
+    run = json.loads(RunDir(tmp_path).run_json.read_text())
+    assert run["status"] == "failed" and "disk is full" in run["reason"] and not reserve.exists()
+
+
+def test_a_run_left_at_running_says_so_instead_of_an_empty_cause():
+    from vse.report.markdown import incomplete_reason
+
+    run = {"status": "running", "phases": [{"phase": "benchmark", "at": "2026-12-06T02:36:18+00:00"}]}
+    said = incomplete_reason(run)
+    assert "ended without recording why" in said and "benchmark at 2026-12-06T02:36:18" in said
+
+
+def test_a_run_folder_without_its_scenario_is_named_in_one_line(run, capsys):
+    (run / "scenario.yaml").unlink()
+    r = vse(capsys, "report", run)
+    assert r.returncode == 2 and "scenario.yaml: missing; the run directory is damaged" in r.stderr
+    assert "internal error" not in r.stderr

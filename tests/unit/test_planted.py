@@ -39,17 +39,22 @@ def timed(cls, s) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-def test_cpu_work_is_added_to_the_steps_asked_and_said_once(capsys):
+def test_cpu_work_is_added_to_the_steps_asked_and_said_once(capsys, monkeypatch):
+    """Which steps get the work is counted, not timed (a busy machine stretches any short step);
+    the one timing kept is a lower bound, which load cannot break."""
     cls = runner_class()
     plugin.wrap(cls, {"cpu_ms_per_step": 20, "steps": "decode"})
-    assert timed(cls, sched({"a": 1, "b": 1})) >= 20  # decode: slowed
-    assert timed(cls, sched({"a": 512, "b": 1})) < 10  # prefill: not slowed
-    assert timed(cls, sched({})) < 10  # nothing scheduled: no work
-    timed(cls, sched({"a": 1}))
+    assert timed(cls, sched({"a": 1, "b": 1})) >= 20  # decode: slowed by the real busy wait
+    spun: list[float] = []
+    monkeypatch.setattr(plugin, "busy_wait", spun.append)
+    for step in ({"a": 1, "b": 1}, {"a": 512, "b": 1}, {}):  # decode, prefill, nothing scheduled
+        assert cls().execute_model(sched(step)) == "out"
+    assert spun == [20.0]
     err = capsys.readouterr().err
     assert err.count(plugin.APPLIED) == 1 and "cpu_ms_per_step=20 steps=decode" in err
     plugin.wrap(cls, {"cpu_ms_per_step": 20})  # a second wrap (a subclass, a second plugin load) adds nothing
-    assert timed(cls, sched({"a": 1})) < 35
+    cls().execute_model(sched({"a": 1}))
+    assert spun == [20.0, 20.0]
 
 
 def test_prefill_steps_are_told_from_decode_steps():

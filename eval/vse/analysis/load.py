@@ -161,7 +161,10 @@ def _start_of(meta: dict[str, Any], i: int, n_reps: int, n_servers: int) -> int:
 def load_scenario_from_run(run_dir: Path, regate: Sequence[str] = ()) -> Scenario:
     """The scenario the run was made with (sealed with it); `regate` (KEY=VALUE, gates.* keys only)
     decides it with other gate settings, which every report then names (analysis/run.py)."""
-    data = yaml.safe_load(RunDir(run_dir).scenario.read_text())
+    path = RunDir(run_dir).scenario
+    if not path.is_file():
+        raise DamagedRunError(f"{path}: missing; the run directory is damaged (it holds the settings it was run with)")
+    data = yaml.safe_load(path.read_text())
     for item in regate:
         key, value = parse_override(item)
         if not key.startswith("gates."):

@@ -46,7 +46,7 @@ def _bf16(a: Analysis) -> str:
 
 def headline(a: Analysis) -> str:
     if a.exit_code == ExitCode.RUN_FAILED:
-        return f"**RUN INCOMPLETE** ({a.run.get('status')}): {a.run.get('reason', '')}"
+        return f"**RUN INCOMPLETE** ({a.run.get('status')}): {incomplete_reason(a.run)}"
     fails = [g for g in a.gates if g.outcome == Outcome.FAIL]
     open_ = [g for g in a.gates if g.outcome == Outcome.INCONCLUSIVE]
     if fails:
@@ -360,3 +360,17 @@ def _tail(a: Analysis) -> list[str]:
         L += gemm.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
     gemm_arg = f" GEMM={a.gemm_source}" if a.gemm and a.gemm_source != "same run" else ""
     return L + [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]
+
+
+def incomplete_reason(run: dict) -> str:
+    """Why a run did not finish; a run.json still at "running" was never told (its process was
+    killed, or the disk was full when it tried), and the report says so rather than nothing."""
+    if run.get("reason"):
+        return str(run["reason"])
+    if run.get("status") == "running":
+        last = (run.get("phases") or [{}])[-1]
+        return (
+            f"its process ended without recording why (killed, or the disk full when it tried); its last phase: "
+            f"{last.get('phase', 'none')} at {last.get('at', '?')}"
+        )
+    return "no reason recorded"

@@ -6,6 +6,7 @@ The layout (every file name) is eval/vse/rundir/layout.py.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -74,11 +75,23 @@ def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
+RESERVE_BYTES = 1 << 20  # run.json of a long run (its phases) is tens of KB
+
+
 class RunStatus:
-    """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail."""
+    """run.json: written at start (incomplete) and at every phase, so a crash leaves a trail. Room
+    for it is kept from the start (a reserve file): when the disk fills mid-run the reserve goes and
+    run.json still records how the run ended."""
 
     def __init__(self, run_dir: Path, *, resume: bool = False, **fields: Any) -> None:
         self.path = RunDir(run_dir).run_json
+        self.reserve = RunDir(run_dir).run_json_reserve
+        try:
+            with open(self.reserve, "wb") as f:
+                f.truncate(RESERVE_BYTES)
+                os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)  # blocks on disk, not a sparse file
+        except OSError:
+            pass  # no room even now: the preflight's check_room said so before
         if resume:  # more server starts for a run that already ended: keep its trail
             self.data = read_json(self.path)
             self.data.update(status="running", reason="")
@@ -95,9 +108,16 @@ class RunStatus:
     def finish(self, status: str, reason: str = "", exit_code: int | None = None) -> None:
         self.data.update(status=status, reason=reason, finished=_now(), exit_code=exit_code)
         self.save()
+        self.reserve.unlink(missing_ok=True)
 
     def save(self) -> None:
-        write_json(self.path, self.data)
+        try:
+            write_json(self.path, self.data)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.reserve.is_file():
+                raise
+            self.reserve.unlink()  # the room kept for this moment
+            write_json(self.path, self.data)
 
 
 def _now() -> str:

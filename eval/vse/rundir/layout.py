@@ -4,6 +4,7 @@ spelling names, so a layout change is one edit and a reader cannot look for a fi
 
   run.json                  status, scenario name, backend, timestamps, exit reason and code
   seal.json                 each raw file's sha256 (and record counts) as the run wrote it
+  .run-json-reserve         room kept on disk for run.json's last write while the run is going
   scenario.yaml             the resolved scenario (after overrides)
   environment.json          GPU, driver, CUDA, vLLM, torch, FlashInfer, lm-eval, git commit, host
   prompts/prompts-<k>.jsonl the prompts of run k (identical across arms for one seed)
@@ -162,6 +163,10 @@ class RunDir:
     @property
     def seal(self) -> Path:
         return self.path / "seal.json"
+
+    @property
+    def run_json_reserve(self) -> Path:
+        return self.path / ".run-json-reserve"
 
     @property
     def environment(self) -> Path:

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
 
 from vse import backends
+from vse.checks import accuracy
 from vse.errors import PreflightError, UnsupportedError
+from vse.rundir.files import check_room, run_bytes_estimate
 from vse.scenario import Device, Scenario
 from vse.server import whatif
 from vse.server.process import port_is_free
@@ -152,11 +157,67 @@ def check_pythons(pythons: dict[str, str | None]) -> None:
             raise PreflightError(f"{arm}: the vLLM Python {py} is not on PATH (vllm.python)")
 
 
+def hub_cache() -> Path:
+    """Where Hugging Face's hub keeps downloaded models (HF_HUB_CACHE, HF_HOME/hub, or the default)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def _reachable(url: str, timeout_s: float = 3.0) -> str | None:
+    """None when the host of `url` accepts a TCP connection in time, else why not."""
+    u = urlparse(url)
+    try:
+        socket.create_connection((u.hostname or "", u.port or (443 if u.scheme == "https" else 80)), timeout_s).close()
+    except OSError as e:
+        return f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}: {e.strerror or type(e).__name__}"
+    return None
+
+
+def check_model(scenario: Scenario) -> None:
+    """A local model folder must be one; a hub id must be in the hub cache or its hub reachable now
+    (vLLM would otherwise fail a minute into its start, after the run folder exists)."""
+    m = scenario.model
+    if m.id is None:
+        return  # builtin (setup builds it) or generated (written at the start)
+    local = Path(m.id).expanduser()
+    if m.id.startswith(("/", ".", "~")) or local.exists():
+        if not (local / "config.json").is_file():
+            raise PreflightError(f"model.id: {m.id} is not a model directory (no config.json)")
+        return
+    if (hub_cache() / f"models--{m.id.replace('/', '--')}").is_dir():
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise PreflightError(
+            f"model.id: {m.id} is not in the Hugging Face cache ({hub_cache()}) and HF_HUB_OFFLINE is set; "
+            "give a local directory (MODEL=/path) or fetch it first"
+        )
+    why = _reachable(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    if why is not None:
+        raise PreflightError(
+            f"model.id: {m.id} is not in the Hugging Face cache ({hub_cache()}) and the hub cannot be reached "
+            f"({why}); give a local directory (MODEL=/path)"
+        )
+
+
 def run(scenario: Scenario) -> list[Gpu]:
-    """All preflight checks; returns the GPUs seen (recorded in the run's environment)."""
+    """The checks of the machine and the scenario's arms; returns the GPUs seen (recorded in the
+    run's environment)."""
     gpus = query_gpus() if scenario.server.device == Device.CUDA else []
     check_backends(scenario, gpus)
     check_log_level(scenario)
     check_gpu_count(scenario, gpus)
     check_port(scenario)
+    check_model(scenario)
+    return gpus
+
+
+def before_a_comparison(scenario: Scenario, reports: Path) -> list[Gpu]:
+    """Everything `vse compare` refuses in seconds, before any setup, run folder or server start;
+    `vse check` runs exactly this, so both refuse the same scenarios with the same words."""
+    gpus = run(scenario)
+    if not scenario.model.weights_are_random:  # random weights: accuracy is not applicable, lm-eval never runs
+        accuracy.check_inputs(scenario.accuracy)
+    check_room(reports, run_bytes_estimate(scenario))
     return gpus

@@ -140,3 +140,35 @@ def test_a_cpu_comparison_that_would_take_hours_is_said_before_it_starts():
         )
         is None
     )
+
+
+def test_a_server_variable_no_one_reads_is_refused_with_the_closest_name(tmp_path, monkeypatch):
+    """VLLM_CPU_KVCACHE_SPACEx passed `check`: vLLM ignores a variable it does not read, and the run
+    measures another configuration than the scenario says. The names come from the arm's vLLM's own
+    source (found without importing it); VSE_* from the suite's."""
+    pkg = tmp_path / "site" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('importing vLLM is not needed')\n")
+    (pkg / "envs.py").write_text('environment_variables = {"VLLM_CPU_KVCACHE_SPACE": int, "VLLM_LOGGING_LEVEL": str}\n')
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    import sys
+
+    base = ["server.device=cpu", f"server.vllm.python={sys.executable}"]
+    ok = load_scenario(
+        ROOT / "scenarios" / "cpu-smoke.yaml", overrides=[*base, "server.env={VLLM_CPU_KVCACHE_SPACE: '4'}"]
+    )
+    preflight.check_env_names(ok)
+    typo = load_scenario(
+        ROOT / "scenarios" / "cpu-smoke.yaml", overrides=[*base, "server.env={VLLM_CPU_KVCACHE_SPACEx: '4'}"]
+    )
+    with pytest.raises(
+        PreflightError, match="VLLM_CPU_KVCACHE_SPACEx: no such variable.*did you mean VLLM_CPU_KVCACHE_SPACE"
+    ):
+        preflight.check_env_names(typo)
+    mine = load_scenario(
+        ROOT / "scenarios" / "cpu-smoke.yaml", overrides=[*base, "arms.candidate.env={VSE_PLANTED_SLOWDWN: '1'}"]
+    )
+    with pytest.raises(
+        PreflightError, match="candidate: server env VSE_PLANTED_SLOWDWN.*the suite.*VSE_PLANTED_SLOWDOWN"
+    ):
+        preflight.check_env_names(mine)

@@ -4,7 +4,9 @@ the model path."""
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -201,6 +203,57 @@ def check_model(scenario: Scenario) -> None:
         )
 
 
+SUITE_SOURCE = Path(__file__).resolve().parents[1]  # eval/vse
+
+
+def _names_in(root: Path, prefix: str) -> set[str]:
+    """Every "PREFIX..." string literal in a package's Python source: the variables it reads."""
+    pattern = re.compile(r"[\"'](" + prefix + r"[A-Z0-9_]+)[\"']")
+    names: set[str] = set()
+    for path in root.rglob("*.py"):
+        try:
+            names |= set(pattern.findall(path.read_text(errors="replace")))
+        except OSError:
+            continue
+    return names
+
+
+def vllm_env_names(python: str) -> set[str]:
+    """The VLLM_* variables the vLLM of `python` reads, from its source (found without importing
+    vLLM, which takes seconds); empty where it cannot be found."""
+    code = "import importlib.util as u; s = u.find_spec('vllm'); print(s.submodule_search_locations[0] if s else '')"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    root = Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+    return _names_in(root, "VLLM_") if root and root.is_dir() else set()
+
+
+def check_env_names(scenario: Scenario) -> None:
+    """A server variable that looks like vLLM's or the suite's but that neither reads (a typo such as
+    VLLM_CPU_KVCACHE_SPACEx) is refused with the closest name: it would be ignored without a word,
+    and the run would measure another configuration than the scenario says."""
+    suite = _names_in(SUITE_SOURCE, "VSE_")
+    known_by_python: dict[str, set[str]] = {}
+    for arm, spec in scenario.server_arms().items():
+        python = (spec.vllm or scenario.server.vllm).python
+        for key in {**scenario.server.env, **spec.env}:
+            if key.startswith("VSE_"):
+                known = suite
+            elif key.startswith("VLLM_") and python:
+                known = known_by_python.setdefault(python, vllm_env_names(python))
+            else:
+                continue
+            if known and key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise PreflightError(
+                    f"{arm}: server env {key}: no such variable is read by "
+                    f"{'the suite' if key.startswith('VSE_') else 'this vLLM'} ({python}){hint}"
+                )
+
+
 def run(scenario: Scenario) -> list[Gpu]:
     """The checks of the machine and the scenario's arms; returns the GPUs seen (recorded in the
     run's environment)."""
@@ -217,6 +270,7 @@ def before_a_comparison(scenario: Scenario, reports: Path) -> list[Gpu]:
     """Everything `vse compare` refuses in seconds, before any setup, run folder or server start;
     `vse check` runs exactly this, so both refuse the same scenarios with the same words."""
     gpus = run(scenario)
+    check_env_names(scenario)
     if not scenario.model.weights_are_random:  # random weights: accuracy is not applicable, lm-eval never runs
         accuracy.check_inputs(scenario.accuracy)
     check_room(reports, run_bytes_estimate(scenario))

@@ -110,8 +110,14 @@ def test_series_are_keyed_by_what_was_measured_not_by_the_machine():
     elsewhere = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["server.vllm.python=/other/python"])
     longer = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["workload.dataset.output_len=128"])
     eager = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["server.extra_args=[]"])
-    assert history.settings_digest(base) == history.settings_digest(elsewhere)
-    assert len({history.settings_digest(x) for x in (base, longer, eager)}) == 3
+    assert history.settings_digest(base, "baseline") == history.settings_digest(elsewhere, "baseline")
+    assert len({history.settings_digest(x, "baseline") for x in (base, longer, eager)}) == 3
+    # an arm's series is its own: the baseline's digest does not see what it was compared with
+    other = load_scenario(
+        ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["arms.candidate.extra_args=[--dtype,float16]"]
+    )
+    assert history.settings_digest(other, "baseline") == history.settings_digest(base, "baseline")
+    assert history.settings_digest(other, "candidate") != history.settings_digest(base, "candidate")
 
 
 def night(c, run, started, value, **key):
@@ -209,7 +215,7 @@ def test_an_older_sqlite_history_is_migrated(tmp_path):
     assert {"metrics", "gates", "comparisons", "acks", "alembic_version"} <= set(sa.inspect(db).get_table_names())
     with db.connect() as c:
         assert c.execute(sa.text("SELECT run, name FROM runs")).first() == ("old", "old")  # its name, its identity
-        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
     schema.connect(path)  # opening it again changes nothing
 
 

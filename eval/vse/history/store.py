@@ -50,16 +50,17 @@ def run_key(run_dir: Path) -> str:
     return h.hexdigest()[:24]
 
 
-def settings_digest(s) -> str:
-    """What a run measured, as a digest: the model, the server and arm settings and the workload,
-    without what differs between machines (interpreter paths, host, port, timeouts, model folders),
-    so two nights of one scenario share a series and an edited scenario starts a new one."""
+def settings_digest(s, arm: str) -> str:
+    """What one arm measured, as a digest: the model, the server settings, this arm's own settings
+    and the workload, without what differs between machines (interpreter paths, host, port,
+    timeouts, model folders) and without the other arm: one nightly CUTLASS baseline is one series
+    whether it was paired with torch or with FlashInfer, and an edited scenario starts a new one."""
     d = s.model_dump(mode="json")
     model = {k: v for k, v in d["model"].items() if k not in ("id", "tokenizer", "generate")}
     model["id"] = Path(d["model"]["id"]).name if d["model"].get("id") else None
     server = {k: v for k, v in d["server"].items() if k not in ("vllm", "host", "port", "startup_timeout_s")}
-    arms = {n: {k: v for k, v in a.items() if k != "vllm"} for n, a in d["arms"].items()}
-    text = json.dumps({"model": model, "server": server, "arms": arms, "workload": d["workload"]}, sort_keys=True)
+    own = {k: v for k, v in d["arms"][arm].items() if k not in ("vllm", "label")}
+    text = json.dumps({"model": model, "server": server, "arm": own, "workload": d["workload"]}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -88,8 +89,11 @@ def ingest(
     if status != "complete":
         raise UnfinishedRun(f"{run_dir}: status {status} (not finished)")
     key = run_key(run_dir)
-    with engine.connect() as c:  # the same content under any name; an older history's row by its name
-        if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run.in_([key, name])).limit(1)).first():
+    started = str(read_json(layout.run_json).get("started", ""))
+    with engine.begin() as c:  # the same content under any name, or an older history's row of this run
+        if c.execute(sa.select(RUNS.c.id).where(RUNS.c.run == key).limit(1)).first():
+            return Ingested(name, 0)
+        if _adopt_legacy(c, name, started, key):
             return Ingested(name, 0)
     res = results(run_dir)
     env, s = res["environment"] or {}, load_scenario_from_run(run_dir)
@@ -98,7 +102,6 @@ def ingest(
     common: dict[str, Any] = dict(
         run=key,
         name=name,
-        settings=settings_digest(s),
         scenario=s.name,
         model=res["run"].get("model"),
         gpu=gpus[0]["name"] if gpus else "cpu",
@@ -117,6 +120,18 @@ def ingest(
         return Ingested(name, _insert(engine, res, s, common))
     except sa.exc.IntegrityError:  # another agent ingested the same run meanwhile: it is there, whole
         return Ingested(name, 0)
+
+
+def _adopt_legacy(c: sa.Connection, name: str, started: str, key: str) -> bool:
+    """A row of a history from before content keys names its run by folder name (run == name). It is
+    this run only if it also started when this one did (another run may reuse a folder name): then
+    it takes this run's content key, in every table that names runs, and nothing is added."""
+    legacy = sa.and_(RUNS.c.run == name, RUNS.c.name == name, RUNS.c.started == started)
+    if not c.execute(sa.select(RUNS.c.id).where(legacy).limit(1)).first():
+        return False
+    for table in (RUNS, GATES, COMPARISONS, ACKS):
+        c.execute(sa.update(table).where(table.c.run == name).values(run=key))
+    return True
 
 
 def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -> int:
@@ -141,6 +156,7 @@ def _insert(engine: sa.Engine, res: dict[str, Any], s, common: dict[str, Any]) -
                         flashinfer=v.get("flashinfer-python"),
                         torch=v.get("torch"),
                         calibration=_calibration(getattr(s.arms, arm_name)),
+                        settings=settings_digest(s, arm_name),
                     )
                 ).inserted_primary_key
                 assert inserted is not None  # an INSERT of one row returns its key
@@ -211,6 +227,7 @@ class SeriesKey:
     tp: int | None
     calibration: int | None
     settings: str | None = None
+    legacy: bool = False  # rows without settings (older histories) belong to this series too
 
     def title(self) -> str:
         cal = ", calibration arm" if self.calibration else ""
@@ -222,9 +239,29 @@ class SeriesKey:
 
 
 def series_keys(engine: sa.Engine) -> list[SeriesKey]:
+    """The distinct series. Rows without settings (ingested before series were keyed by an arm's own
+    settings) join the one series that matches them on every other column; where several do (the
+    scenario was edited since), which one they were is unknown, and they stay a series of their own."""
     cols = [getattr(RUNS.c, k) for k in SERIES_KEY]
     with engine.connect() as c:
-        return [SeriesKey(*r) for r in c.execute(sa.select(*cols).distinct().order_by(*cols))]
+        keys = [SeriesKey(*r) for r in c.execute(sa.select(*cols).distinct().order_by(*cols))]
+    rest = lambda k: tuple(getattr(k, f) for f in SERIES_KEY if f != "settings")
+    known: dict[tuple, list[SeriesKey]] = {}
+    for k in keys:
+        if k.settings is not None:
+            known.setdefault(rest(k), []).append(k)
+    out = []
+    for k in keys:
+        if k.settings is None and len(known.get(rest(k), [])) == 1:
+            continue  # joins that series, below
+        if (
+            k.settings is not None
+            and len(known[rest(k)]) == 1
+            and any(x.settings is None and rest(x) == rest(k) for x in keys)
+        ):
+            k = SeriesKey(**{**k.__dict__, "legacy": True})
+        out.append(k)
+    return out
 
 
 def series(engine: sa.Engine, key: SeriesKey, metric: str) -> list[Point]:
@@ -232,7 +269,10 @@ def series(engine: sa.Engine, key: SeriesKey, metric: str) -> list[Point]:
     cond = [
         getattr(RUNS.c, k) == v if v is not None else getattr(RUNS.c, k).is_(None)
         for k, v in zip(SERIES_KEY, (getattr(key, k) for k in SERIES_KEY))
+        if not (k == "settings" and key.legacy)
     ]
+    if key.legacy:
+        cond.append(sa.or_(RUNS.c.settings == key.settings, RUNS.c.settings.is_(None)))
     q = (
         sa.select(RUNS.c.run, sa.func.coalesce(RUNS.c.name, RUNS.c.run), RUNS.c.started, METRICS.c.value)
         .join(METRICS, METRICS.c.run_id == RUNS.c.id)

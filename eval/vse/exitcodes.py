@@ -21,6 +21,24 @@ class ExitCode(enum.IntEnum):
             return f"unknown exit code {code}"
 
 
+class CiStep(enum.Enum):
+    """What a CI step runs, for how its exit code is treated (SOFT_IN_CI)."""
+
+    COMPARISON = "a comparison: bin/vse compare, a release entry"
+    VERDICT = "a verdict folded from comparisons: the release index"
+    OTHER = "anything else: the tests, the image, the trend, a pipeline upload"
+
+
+# How every pipeline treats the codes (README "Exit codes"; tests/unit/test_buildkite.py holds each
+# pipeline, static and emitted, to it): INCONCLUSIVE and UNSUPPORTED are soft (yellow, not red) for
+# a comparison, never a failed run; a release's index folds refused entries into INCONCLUSIVE.
+SOFT_IN_CI: dict[CiStep, frozenset[int]] = {
+    CiStep.COMPARISON: frozenset({ExitCode.INCONCLUSIVE, ExitCode.UNSUPPORTED}),
+    CiStep.VERDICT: frozenset({ExitCode.INCONCLUSIVE}),
+    CiStep.OTHER: frozenset(),
+}
+
+
 # One severity order for every place that folds several outcomes into one (a sweep's points, a
 # qualification's entries, a calibration's comparisons): a failed run over a FAIL over INCONCLUSIVE
 # over PASS; UNSUPPORTED (refused before anything ran) is listed, never worse than a pass. An unknown

@@ -116,6 +116,9 @@ def test_the_image_step_without_a_registry_fails_loudly(agent):
     assert code == 2 and "VSE_REGISTRY is not set" in out
     ((call, text),) = notes
     assert "--style error" in call and "VSE_REGISTRY is not set" in text
+    assert "the GPU steps and the trend, which run in it, are skipped" in text  # what a failed image takes down
+    trend = steps("nightly.yml")["trend"]
+    assert trend["depends_on"] == "image"  # skipped without its image, not started to die in docker pull
 
 
 def nights(artifacts: Path) -> None:

@@ -213,6 +213,33 @@ def markdown(index: dict) -> str:
     return "\n".join(L + [""])
 
 
+def in_image(*, gpus: bool, env: tuple[str, ...] = ()) -> list[dict]:
+    """The docker plugin that runs a step in the suite's image for this commit ($VSE_IMAGE, built by
+    the pipeline's image step), as the nightly's steps run: nothing is installed or fetched on the
+    agent, and ci-step annotates from inside (the agent is mounted)."""
+    return [
+        {
+            "docker#v5.12.0": {
+                "image": "$VSE_IMAGE",
+                "always-pull": True,
+                **({"gpus": "all", "shm-size": "16gb"} if gpus else {}),
+                "propagate-uid-gid": True,
+                "mount-buildkite-agent": True,
+                "environment": [
+                    "NCCL_NVLS_ENABLE",
+                    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                    "NVSHMEM_DISABLE_NVLS",
+                    "BUILDKITE_BUILD_URL",
+                    "BUILDKITE_JOB_ID",
+                    *env,
+                ],
+                "volumes": ["./reports:/suite/reports", "/var/cache/vllm-serving-eval:/var/cache/vllm-serving-eval"],
+                "workdir": "/suite",
+            }
+        }
+    ]
+
+
 def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/qualify") -> dict:
     """A Buildkite dynamic pipeline (`bin/vse qualify --suite S --emit-pipeline | buildkite-agent
     pipeline upload`): one step per entry, in parallel on the GPU queue, each keeping its run
@@ -237,6 +264,7 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/q
                 f"bin/vse qualify --suite {suite.name} --entry {i + 1} --out {reports}"
             ),
             "artifact_paths": [f"{reports}/**/*"],
+            "plugins": in_image(gpus=True, env=("CANDIDATE_VLLM_WHEEL", "CANDIDATE_VLLM_PYTHON")),
             # FlashInfer's per-tensor FP8 GEMM needs SM100: its entries go to a Blackwell queue and are
             # skipped (not failed) where the organisation has none.
             "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == Backend.FLASHINFER else queue},
@@ -258,6 +286,7 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/q
                 f"bin/vse qualify --suite {suite.name} --aggregate --out {reports}"
             ),
             "artifact_paths": [f"{reports}/index.*"],
+            "plugins": in_image(gpus=False),
             "agents": {"queue": "cpu"},
             "soft_fail": [{"exit_status": 3}],
         }

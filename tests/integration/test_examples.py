@@ -4,6 +4,7 @@ reports/examples/ (and the README, which quotes them) come from runs, not from e
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -237,11 +238,9 @@ def test_the_h200_whatif_full_design_example_says_what_the_readme_quotes(tmp_pat
     )
 
 
-def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
-    """reports/examples/h200-calibration/calibration.md (quoted in the README and docs) is
-    `vse calibrate --runs` on the committed raw data of its three comparisons."""
-    cal = ROOT / "reports" / "examples" / "h200-calibration"
-    runs = [unpack(cal / n, tmp_path) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
+def calibrate(example: Path, names: tuple[str, ...], tmp_path: Path) -> tuple[int, Path]:
+    """`vse calibrate --runs` on an example's comparisons, unpacked: its exit code and calibration.md."""
+    runs = [unpack(example / n, tmp_path) for n in names]
     r = subprocess.run(
         [sys.executable, "-m", "vse.cli", "calibrate", "--reports", str(tmp_path / "out"), "--runs", *map(str, runs)],
         cwd=ROOT,
@@ -250,7 +249,15 @@ def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
         timeout=600,
     )
     assert r.returncode in (0, 1), r.stderr[-2000:]
-    new = next((tmp_path / "out").glob("*-calibrate")) / "calibration.md"
+    return r.returncode, next((tmp_path / "out").glob("*-calibrate")) / "calibration.md"
+
+
+def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
+    """reports/examples/h200-calibration/calibration.md (quoted in the README and docs) is
+    `vse calibrate --runs` on the committed raw data of its three comparisons."""
+    cal = ROOT / "reports" / "examples" / "h200-calibration"
+    code, new = calibrate(cal, ("plant-0.85ms", "plant-0.21ms", "aa"), tmp_path)
+    assert code in (0, 1)
     rows = lambda p: [ln for ln in p.read_text().splitlines() if ln.startswith("| ")]
     assert rows(new) == rows(cal / "calibration.md")
     assert (
@@ -289,16 +296,9 @@ def test_the_h100_calibration_at_the_design_rebuilds_and_covers_its_truths(tmp_p
     """reports/examples/h100-calibration-design/calibration.md: +0.21 ms decided at the first look of
     the scenario's own design (3 + 3 x 2), every gate interval covering its truth."""
     cal = ROOT / "reports" / "examples" / "h100-calibration-design"
-    runs = [unpack(cal / n, tmp_path) for n in ("plant-0.21ms", "aa")]
-    r = subprocess.run(
-        [sys.executable, "-m", "vse.cli", "calibrate", "--reports", str(tmp_path / "out"), "--runs", *map(str, runs)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    new = (next((tmp_path / "out").glob("*-calibrate")) / "calibration.md").read_text()
+    code, path = calibrate(cal, ("plant-0.21ms", "aa"), tmp_path)
+    assert code == 0
+    new = path.read_text()
     rows = lambda text: [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert rows(new) == rows((cal / "calibration.md").read_text())
     assert "| plant-0.21ms | +0.21 ms per all step | mean_decode_first_wave_ms | gated | 5% | +1.56% | +1.53%" in new

@@ -231,6 +231,7 @@ def in_image(*, gpus: bool, env: tuple[str, ...] = ()) -> list[dict]:
                     "NVSHMEM_DISABLE_NVLS",
                     "BUILDKITE_BUILD_URL",
                     "BUILDKITE_JOB_ID",
+                    "VSE_LOCK_DIR",  # the device lock, in the host's cache volume: shared by every job's container
                     *env,
                 ],
                 "volumes": ["./reports:/suite/reports", "/var/cache/vllm-serving-eval:/var/cache/vllm-serving-eval"],

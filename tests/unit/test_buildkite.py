@@ -202,3 +202,11 @@ def test_every_nightly_and_release_step_runs_in_the_suites_image(name):
             if isinstance(s, dict) and s.get("key") not in ("image", None)
         ]
         assert all(d == "image" for d in deps), deps
+    # comparisons lock their devices in a folder of the host every job's container mounts
+    env = yaml.safe_load((ROOT / ".buildkite" / ("release.yml" if "release" in name else name)).read_text())["env"]
+    for step in pipeline["steps"]:
+        if isinstance(step, dict) and _kind(step.get("command", "")).name == "COMPARISON":
+            docker = step["plugins"][0]["docker#v5.12.0"]
+            assert "VSE_LOCK_DIR" in docker["environment"], step.get("key")
+            mounted = [v.split(":")[1] for v in docker["volumes"]]
+            assert any(env["VSE_LOCK_DIR"].startswith(m + "/") for m in mounted), (env["VSE_LOCK_DIR"], mounted)

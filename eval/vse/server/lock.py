@@ -24,7 +24,11 @@ SHARED_DIR = "/tmp"  # not tempfile.gettempdir(): a job's own TMPDIR would give 
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get("VSE_LOCK_DIR") or SHARED_DIR)
+    """VSE_LOCK_DIR where jobs run in containers (each has a /tmp of its own): a folder of the host
+    every container mounts (the pipelines set the per-host cache volume's locks/)."""
+    d = Path(os.environ.get("VSE_LOCK_DIR") or SHARED_DIR)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def _path(name: str) -> Path:

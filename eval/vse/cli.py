@@ -317,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     before = args.keep_servers = server.live_servers()
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
+    # Started in a script's background, a process inherits SIGINT ignored and Python leaves it so:
+    # an interrupt sent to it would then do nothing, and a comparison would run on to its end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.fn(args)
     except SuiteError as e:

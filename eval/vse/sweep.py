@@ -61,7 +61,6 @@ def prepare(run_dir: Path, s: Scenario, v: float) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         ps = point_scenario(s, v)
         RunDir(d).scenario.write_text(yaml.safe_dump(redact(dump(ps), secret_values(ps)), sort_keys=False))
-        seal.add(d, [RunDir(d).scenario])
     return d
 
 
@@ -77,7 +76,9 @@ def sync(run_dir: Path, s: Scenario) -> None:
         for arm in ARMS:
             if run.arm(arm).servers.is_file() and point.arm(arm).path.is_dir():
                 write_json(point.arm(arm).servers, read_json(run.arm(arm).servers))
-                seal.add(d, [point.arm(arm).servers])
+                # the point's seal begins here, with what it holds (its records are written while it has
+                # no run.json, so unsealed until now) and its scenario
+                seal.add(d, [point.arm(arm).servers, point.scenario])
 
 
 def worst_exit(codes: list[int]) -> int:

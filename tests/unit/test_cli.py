@@ -423,3 +423,16 @@ def test_check_says_when_a_scenario_gates_nothing(capsys):
     assert "this scenario gates nothing" in capsys.readouterr().err
     assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml"]) == 0
     assert "gates nothing" not in capsys.readouterr().err
+
+
+def test_an_interrupt_reaches_a_comparison_started_with_sigint_ignored():
+    """A shell script's background job inherits SIGINT ignored, and Python keeps it so: an interrupt
+    then did nothing and the comparison ran to its end. The CLI takes SIGINT back, as SIGTERM/SIGHUP."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml"])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, old)

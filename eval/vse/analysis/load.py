@@ -70,11 +70,12 @@ def _good_fn(s: Scenario):
 
 def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
     layout = RunDir(run_dir)
-    arm, complete = layout.arm(name), _complete(run_dir)
+    status = read_json(layout.run_json) if layout.run_json.is_file() else {}
+    arm, complete = layout.arm(name), status.get("status") == "complete"
     d = arm.path
     if not d.is_dir():
         other = [a for a in ARMS if a != name and layout.arm(a).path.is_dir()]
-        if complete and other and not _stopped(run_dir):  # a finished A/B has both arms; a budget stop may not
+        if complete and other and not status.get("stopped"):  # a finished A/B has both arms; a budget stop may not
             raise DamagedRunError(f"{d}: missing, beside {other[0]}/; the run directory is damaged")
         return None
     spec = getattr(s.arms, name)
@@ -122,16 +123,6 @@ def starts_made(arms: dict[str, ArmAnalysis]) -> tuple[int, int]:
     """Server starts with a run, baseline and candidate (0 for an arm not there)."""
     b, c = (arms[n].starts if n in arms else 0 for n in ARMS)
     return b, c
-
-
-def _complete(run_dir: Path) -> bool:
-    path = RunDir(run_dir).run_json
-    return path.is_file() and read_json(path).get("status") == "complete"
-
-
-def _stopped(run_dir: Path) -> bool:
-    """A time-budget stop: status complete, the plan not (`stopped` says why; RESUME goes on)."""
-    return bool(read_json(RunDir(run_dir).run_json).get("stopped"))
 
 
 def first_wave(s: Scenario) -> int | None:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -246,19 +247,14 @@ def series_keys(engine: sa.Engine) -> list[SeriesKey]:
     with engine.connect() as c:
         keys = [SeriesKey(*r) for r in c.execute(sa.select(*cols).distinct().order_by(*cols))]
     rest = lambda k: tuple(getattr(k, f) for f in SERIES_KEY if f != "settings")
-    known: dict[tuple, list[SeriesKey]] = {}
-    for k in keys:
-        if k.settings is not None:
-            known.setdefault(rest(k), []).append(k)
+    with_settings = Counter(rest(k) for k in keys if k.settings is not None)
+    without = {rest(k) for k in keys if k.settings is None}
     out = []
     for k in keys:
-        if k.settings is None and len(known.get(rest(k), [])) == 1:
+        alone = with_settings[rest(k)] == 1  # exactly one series these rows could belong to
+        if k.settings is None and alone:
             continue  # joins that series, below
-        if (
-            k.settings is not None
-            and len(known[rest(k)]) == 1
-            and any(x.settings is None and rest(x) == rest(k) for x in keys)
-        ):
+        if k.settings is not None and alone and rest(k) in without:
             k = SeriesKey(**{**k.__dict__, "legacy": True})
         out.append(k)
     return out

@@ -75,7 +75,7 @@ def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
             path = base.with_name(f"{base.name}-{n}")
 
 
-RESERVE_BYTES = 1 << 20  # run.json of a long run (its phases) is tens of KB
+RESERVE_BYTES = 1 << 20  # room for run.json with every phase a long run records, and its atomic copy
 
 
 class RunStatus:

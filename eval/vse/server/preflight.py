@@ -262,7 +262,6 @@ def run(scenario: Scenario) -> list[Gpu]:
     check_log_level(scenario)
     check_gpu_count(scenario, gpus)
     check_port(scenario)
-    check_model(scenario)
     return gpus
 
 
@@ -270,6 +269,7 @@ def before_a_comparison(scenario: Scenario, reports: Path) -> list[Gpu]:
     """Everything `vse compare` refuses in seconds, before any setup, run folder or server start;
     `vse check` runs exactly this, so both refuse the same scenarios with the same words."""
     gpus = run(scenario)
+    check_model(scenario)  # here, not in run(): the run's own start repeats run(), and the hub probe needs doing once
     check_env_names(scenario)
     if not scenario.model.weights_are_random:  # random weights: accuracy is not applicable, lm-eval never runs
         accuracy.check_inputs(scenario.accuracy)

@@ -248,7 +248,7 @@ def main() -> int:
     print(f"\n## Operating characteristics ({SIMULATIONS} simulated comparisons each, seed 0)\n")
     print(
         "Every gate of the scenario at once, Holm across them at each look, stopping once every gate is "
-        "decided (eval/vse/stats/operating.py). 'N 1% worse': that gate alone changed (only its row shown); a calibration "
+        "decided or one fails (eval/vse/stats/operating.py). 'N 1% worse': that gate alone changed (only its row shown); a calibration "
         "comparison: each gate at its planted truth. 'worse': the final interval lies beyond no change.\n"
     )
     print("| comparison | gate | truth | P(PASS) | P(worse) | P(PASS, worse) | P(FAIL) | P(INCONCLUSIVE) |")

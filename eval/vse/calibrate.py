@@ -88,6 +88,9 @@ def facts(a) -> cal.BaselineFacts:
     )
 
 
+STEPS_TOLERANCE = 0.005  # steps per run that differ by more: the arms scheduled differently
+
+
 def server_minutes(run: dict) -> float:
     """Minutes this run's own servers were up (each start to its stop, from run.json's phases): the
     device time a comparison costs, leaving out the machine's start, installs and a reused arm."""
@@ -112,9 +115,13 @@ def design_row(a) -> str:
         where = f"cut before its plan ended: {run['stopped'].split(';')[0]}"
     elif looks:
         last = looks[-1]
-        where = f"look {last['look']} of {last['of']}" + (
-            f", undecided: {', '.join(last['undecided'])}" if last.get("undecided") else ", every gate decided"
-        )
+        if last.get("failed") and last.get("undecided"):
+            tail = f", {', '.join(last['failed'])} failed (undecided: {', '.join(last['undecided'])})"
+        elif last.get("undecided"):
+            tail = f", undecided: {', '.join(last['undecided'])}"
+        else:
+            tail = ", every gate decided"
+        where = f"look {last['look']} of {last['of']}{tail}"
     else:
         where = "fixed design (no sequential looks)"
     plan = f"{rs.server_starts} to {rs.max_server_starts}" if rs.max_server_starts else f"{rs.server_starts}"
@@ -123,6 +130,34 @@ def design_row(a) -> str:
         f"{' (' + ', '.join(reused) + ' reused)' if reused else ''} | {where} | "
         f"{ExitCode.describe(a.exit_code)} (exit {a.exit_code}) | {server_minutes(run):.1f} |"
     )
+
+
+def engine_steps(arm) -> tuple[float, float] | None:
+    """The arm's mean engine step (ms) and steps per run, from vLLM's own counters (run durations
+    over engine steps): the wall time a step took, prefill steps included, without the client."""
+    got = [(d or {}).get(cal.STEPS_KEY) for d in arm.server_deltas]
+    steps = [float(x) for x in got if x]
+    if not steps or len(steps) != len(got) or len(steps) != len(arm.repeats):
+        return None
+    return 1000 * sum(r["duration"] for r in arm.repeats) / sum(steps), sum(steps) / len(steps)
+
+
+def delivered_row(a) -> str | None:
+    """What a planted slowdown added to the engine's mean wall step, beside what it asked for: a GPU
+    spin can overlap work the step already waited on, so the planted size is the truth only if it is
+    delivered whole. Only where both arms made the same steps per run: more, smaller steps lower the
+    mean step whatever the plant delivered."""
+    spec = a.scenario.arms.candidate.planted_slowdown
+    if spec is None or spec.steps != "all" or not {"baseline", "candidate"} <= set(a.arms):
+        return None  # a plant on some steps only adds less than its size to the mean step
+    asked = spec.gpu_ms_per_step + spec.cpu_ms_per_step
+    b, c = (engine_steps(a.arms[n]) for n in ("baseline", "candidate"))
+    if b is None or c is None:
+        return f"| {a.run_dir.name} | +{asked:g} ms | not scraped | | |"
+    (bms, bn), (cms, cn) = b, c
+    if abs(cn / bn - 1) > STEPS_TOLERANCE:
+        return f"| {a.run_dir.name} | +{asked:g} ms | steps per run differ: {bn:.0f} -> {cn:.0f} | | n/a |"
+    return f"| {a.run_dir.name} | +{asked:g} ms | {bms:.3f} -> {cms:.3f} ms | +{cms - bms:.3f} ms | {(cms - bms) / asked:.1%} |"
 
 
 def report(runs: list[Path], out: Path) -> int:
@@ -136,7 +171,11 @@ def report(runs: list[Path], out: Path) -> int:
         p = cal.Planted(spec.gpu_ms_per_step, spec.cpu_ms_per_step, spec.steps) if spec else None
         text = f"+{p.ms:g} ms per {p.steps} step" if p else "none (A/A)"
         margins = {g.metric: g.max_worse_pct for g in a.scenario.gates.performance}
-        rows += cal.rows(r.name, text, p, b, a.comparison, a.gates, margins, a.gate_alpha, a.scenario.run.server_starts)
+        # each comparison against its own baseline: comparisons made in other sittings have other steps
+        own = facts(a) if "baseline" in a.arms else b
+        rows += cal.rows(
+            r.name, text, p, own, a.comparison, a.gates, margins, a.gate_alpha, a.scenario.run.server_starts
+        )
     write_json(
         out / CALIBRATION_JSON,
         {"runs": [str(r) for r in runs], "baseline": cal.asdict(b), "rows": cal.as_dicts(rows)},
@@ -156,7 +195,7 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         f"# Calibration: {a0.scenario.name}",
         "",
         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
-        f"(truths are computed from the first one's baseline): "
+        f"(each truth from its own comparison's baseline; the first one's): "
         f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
         f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.",
         "",
@@ -191,6 +230,21 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         "made them. The machine's own start and installs are not in it.",
         "",
     ]
+    delivered = [r for r in map(delivered_row, analyses) if r]
+    if delivered:
+        L += [
+            "| run | planted per step | engine step, baseline -> candidate | delivered | share of planted |",
+            "|---|---|---|---|---:|",
+            *delivered,
+            "",
+            "Engine step: run durations over engine steps (vLLM's `vllm:iteration_tokens_total` count), the "
+            "ramp, prefill steps and tail included: what the plant added to the engine's mean wall step, read "
+            "without the client. The truths above assume the planted size is delivered whole; where it is not, "
+            "output throughput (this same duration) follows the delivered size and its interval can miss the "
+            "planted truth while the measure is right. Full-batch decode steps (the first-wave decode gate's) "
+            "can take a different share than the run's mean step.",
+            "",
+        ]
     for a in analyses:
         L.append(
             f"- {a.run_dir.name}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "

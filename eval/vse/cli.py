@@ -23,7 +23,7 @@ from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.rundir import packed
-from vse.rundir.files import write_json
+from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import HISTORY_DB, REPORTS, ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.scenario_load import load_scenario
@@ -76,20 +76,23 @@ def cmd_bench(args) -> int:
     )
     m = repeat_metrics(res, w.percentiles, w.goodput)
     print(metrics.vllm_block(m, w.percentiles, w.goodput is not None))
-    # A superset of `vllm bench serve --save-result --save-detailed`, so vLLM's own scripts read it.
-    write_json(
-        arm.bench_result,
-        metrics.vllm_result_json(
-            m,
-            label=None,
-            model_id=args.model or s.model.served_name,
-            tokenizer_id=tok,
-            num_prompts=w.num_prompts,
-            endpoint=w.endpoint.value,
-            burstiness=w.burstiness,
-            detailed=True,
-        ),
+    # `vllm bench serve --save-result --save-detailed` as the server's vLLM writes it, and the
+    # suite's own figures beside it
+    from vse.report import vllm_files
+    from vse.server import metrics as server_metrics
+
+    inv = vllm_files.Invocation(
+        None, args.model or s.model.served_name, tok, w.num_prompts, w.endpoint.value, w.burstiness
     )
+    out_json, extra = vllm_files.vllm_file(
+        m,
+        inv,
+        layout=vllm_files.layout_for(server_metrics.version(args.url)),
+        detailed=True,
+        date=vllm_files.vllm_date(res.meta.get("ended_at")),
+    )
+    atomic_write_text(arm.bench_result, vllm_files.one_line(out_json))
+    write_json(arm.bench_sidecar, extra)
     return 0 if m["failed"] == 0 else 1
 
 

@@ -36,7 +36,7 @@ def report_run(
     a = report.build(run_dir, noise_run=noise_run, gemm_file=gemm, vllm_detailed=vllm_detailed, regate=regate)
     print(RunDir(run_dir).summary.read_text())
     console.print(
-        f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/bench-K.json "
+        f"reports: {run_dir}/summary.md, results.json, report.html, results.csv, <arm>/vllm/*.json "
         f"(exit {a.exit_code})",
         highlight=False,
     )

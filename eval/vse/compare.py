@@ -30,7 +30,7 @@ from vse.rundir.layout import REPORTS, RunDir
 from vse.scenario import ARMS, DEFAULT_CACHE, ArmSpec, Scenario, dump
 from vse.server import planted, preflight, whatif
 from vse.server.process import ServerConfig, VllmServer
-from vse.stats.decide import Outcome
+from vse.stats.decide import Outcome, settled
 
 
 @dataclass
@@ -292,24 +292,33 @@ class Orchestrator:
         return run_state.starts_done(self.run_dir, arm)
 
     def decided(self) -> bool:
-        """A look at the data so far (from the raw records on disk): is every gated metric decided?"""
+        """A look at the data so far (from the raw records on disk): is the verdict settled (every
+        gated metric decided, or one failed)?"""
         a = analyze(self.run_dir)
-        open_ = [g.name for g in a.gates if g.metric is not None and g.outcome == Outcome.INCONCLUSIVE]
+        gated = [g for g in a.gates if g.metric is not None]
+        open_ = [g.name for g in gated if g.outcome == Outcome.INCONCLUSIVE]
+        failed = [g.name for g in gated if g.outcome == Outcome.FAIL]
         self.status.data.setdefault("looks", []).append(
             {
                 "look": a.look,
                 "of": a.looks,
                 "alpha": a.gate_alpha,
                 "undecided": open_,
+                "failed": failed,
                 "at": self.status.data["phases"][-1]["at"],
             }
         )
         self.status.save()
-        self.log(
-            f"look {a.look} of {a.looks} (alpha {a.gate_alpha:.4g}): "
-            + ("every gated metric decided" if not open_ else f"undecided: {', '.join(open_)}")
-        )
-        return not open_
+        if not open_:
+            said = "every gated metric decided"
+        elif failed:
+            said = (
+                f"{', '.join(failed)} failed: the verdict is FAIL whatever {', '.join(open_)} would say; no more starts"
+            )
+        else:
+            said = f"undecided: {', '.join(open_)}"
+        self.log(f"look {a.look} of {a.looks} (alpha {a.gate_alpha:.4g}): {said}")
+        return settled([g.outcome for g in gated])
 
     def plan(self, pairs: int) -> list[tuple[str, int]]:
         """Server starts in A B B A A B ... order: (arm, start index) for `pairs` starts per arm."""
@@ -348,7 +357,7 @@ class Orchestrator:
                 continue  # measured by an earlier call (RESUME)
             both = [self.starts_done(a) for a in ARMS]
             if start >= rs.server_starts and both == [start, start] and self.decided():
-                return  # a look between pairs beyond the first server_starts: every gate decided
+                return  # a look between pairs beyond the first server_starts: the verdict is settled
             if (
                 rs.budget_s is not None
                 and per_start

@@ -257,7 +257,7 @@ class RunSpec(Strict):
     # Server starts per arm (the replication unit), run in A B B A ... order; each start runs
     # workload.repeats runs. One start per arm is a quick look that never gates.
     server_starts: int = Field(2, ge=1, le=100)
-    # Sequential: add a start per arm at a time until every gated metric is decided, up to this
+    # Sequential: add a start per arm at a time until every gated metric is decided or one fails, up to this
     # many per arm (alpha is spent over the looks); None = a fixed design of server_starts.
     max_server_starts: int | None = Field(None, ge=1, le=100)
     budget_s: float | None = Field(None, gt=0)  # stop adding starts when the next would not fit

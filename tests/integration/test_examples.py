@@ -263,6 +263,10 @@ def test_the_h200_calibration_table_rebuilds_from_its_raw_data(tmp_path):
     assert (
         "| plant-0.85ms | +0.85 ms per all step | tmean_itl_token_ms | shown | 5% | +8.30% | +8.20%" in new.read_text()
     )
+    # the engine's own mean step: +0.85 ms delivered whole on the H200; +0.21 ms's arms made
+    # different numbers of steps, so their mean steps are not compared
+    assert "| plant-0.85ms | +0.85 ms | 11.639 -> 12.500 ms | +0.862 ms | 101.4% |" in new.read_text()
+    assert "| plant-0.21ms | +0.21 ms | steps per run differ: 3106 -> 3176 | | n/a |" in new.read_text()
 
 
 def test_the_mde_projection_rebuilds_from_the_committed_runs():
@@ -276,7 +280,7 @@ def test_the_mde_projection_rebuilds_from_the_committed_runs():
         + ["--truths", str(cal / "calibration.json")]
         + [str(cal / n) for n in ("plant-0.85ms", "plant-0.21ms", "aa")]
         + [str(ex / "h200-aa"), str(ex / "h200-cutlass-vs-torch")]
-        + [str(h100 / n) for n in ("plant-0.21ms", "aa")],
+        + [str(h100 / n) for n in ("plant-0.21ms", "aa", "plant-0.85ms")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -285,20 +289,27 @@ def test_the_mde_projection_rebuilds_from_the_committed_runs():
     assert r.returncode == 0, r.stderr[-2000:]
     committed = (ex / "mde-projection.md").read_text()
     assert r.stdout.strip() in committed
-    # the decode gate from the runs that measured per token: arms with two starts or more counted, 9 df
-    assert "| mean_decode_first_wave_ms | 0.07% [0.05, 0.12] | 7 (9) | 0.38% |" in r.stdout
+    # the decode gate from the runs that measured per token: arms with two starts or more counted, 15 df
+    assert "| mean_decode_first_wave_ms | 0.06% [0.04, 0.09] | 9 (15) | 0.34% |" in r.stdout
     assert "| NVIDIA H100 80GB HBM3, 2026-12-06 | NVIDIA H200, 2026-12-03 | NVIDIA H200, 2026-12-04 |" in r.stdout
-    assert "| plant-0.85ms (+0.85 ms per all step) | FAIL 1.000 |" in r.stdout
-    assert "| mean_decode_first_wave_ms | 0.053% | 0.045% (5) |" in r.stdout  # the run-position shift taken out
+    assert "| plant-0.85ms (+0.85 ms per all step) | FAIL 1.000 | 3.00 | 3: 1.000 |" in r.stdout  # a FAIL settles
+    assert "| mean_decode_first_wave_ms | 0.047% | 0.042% (11) |" in r.stdout  # the run-position shift taken out
 
 
 def test_the_h100_calibration_at_the_design_rebuilds_and_covers_its_truths(tmp_path):
     """reports/examples/h100-calibration-design/calibration.md: +0.21 ms decided at the first look of
-    the scenario's own design (3 + 3 x 2), every gate interval covering its truth."""
+    the scenario's own design (3 + 3 x 2), every gate interval covering its truth; +0.85 ms FAILs on
+    the decode gate, whose interval misses the planted truth by 0.09 points because the plant is not
+    delivered whole (the engine's own mean step grew by 0.818 ms): calibrate exits 1 and says so."""
     cal = ROOT / "reports" / "examples" / "h100-calibration-design"
-    code, path = calibrate(cal, ("plant-0.21ms", "aa"), tmp_path)
-    assert code == 0
+    code, path = calibrate(cal, ("plant-0.21ms", "aa", "plant-0.85ms"), tmp_path)
+    assert code == 1
     new = path.read_text()
+    assert (
+        "| plant-0.85ms | +0.85 ms per all step | mean_decode_first_wave_ms | gated | 5% | +6.35% | +6.14% [+6.02%, +6.26%] | **no** | fail |"
+        in new
+    )
+    assert "| plant-0.85ms | +0.85 ms | 14.994 -> 15.812 ms | +0.818 ms | 96.3% |" in new
     rows = lambda text: [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert rows(new) == rows((cal / "calibration.md").read_text())
     assert "| plant-0.21ms | +0.21 ms per all step | mean_decode_first_wave_ms | gated | 5% | +1.56% | +1.53%" in new

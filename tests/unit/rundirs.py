@@ -41,6 +41,7 @@ def write_run(
     lag_ms: dict[tuple[str, int], float] | None = None,
     status: str = "complete",
     stopped: str | None = None,
+    tokens: int = 32,
 ) -> Path:
     """runs: arm -> [(server start, decode step ms)] per run, in order."""
     s = load_scenario(
@@ -63,7 +64,7 @@ def write_run(
         servers = [{"server": n, "argv": [], "requested_backend": "none", "selected_kernel": None} for n in starts]
         (d / "servers.json").write_text(json.dumps(servers))
         for k, (start, step) in enumerate(plan):
-            write_jsonl(d / f"bench-{k}.jsonl", [stream(i, step) for i in range(16)])
+            write_jsonl(d / f"bench-{k}.jsonl", [stream(i, step, tokens) for i in range(16)])
             meta = {
                 "repeat": k,
                 "server_start": start,

@@ -2,8 +2,11 @@
 looks the alpha-spending plan counted; a gated metric never loses a run on its own; a client
 stall is named as the client's; a required gate that was not measured is no PASS."""
 
+import json
+
 from rundirs import write_run
 
+from vse import report
 from vse.analysis import analyze
 from vse.stats.gates import Outcome
 
@@ -116,3 +119,51 @@ def test_report_refuses_a_damaged_run_in_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["report", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error:") and "bench-2.meta.json is missing" in " ".join(err)
+
+
+DECODE = ["workload.usage_per_chunk=true", "gates.performance=[{metric: mean_decode_first_wave_ms, max_worse_pct: 5}]"]
+
+
+def preempt(run, arm, k, n=1):
+    meta = run / arm / f"bench-{k}.meta.json"
+    m = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**m, "server_metrics_delta": {"vllm:num_preemptions_total": float(n)}}))
+
+
+def test_a_run_with_a_preemption_leaves_the_decode_gate_and_says_so(tmp_path):
+    """A preempted request's recomputed prefill can sit in the first wave's pure-decode window
+    (+0.15% to +0.5% on the arm it happened to): the run's decode value is left out, named with its
+    reason, and a start with no run left is named as not counted."""
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, DECODE, tokens=80)
+    assert analyze(run).left_out == []
+    preempt(run, "candidate", 1, n=2)
+    a = analyze(run)
+    (x,) = a.left_out
+    assert (x["metric"], x["arm"], x["run"], x["server_start"]) == ("mean_decode_first_wave_ms", "candidate", 1, 0)
+    assert x["why"].startswith("2 preemption(s) during the run (vllm:num_preemptions_total)")
+    report.build(run)
+    assert "## Runs without a value for a gated metric" in (run / "summary.md").read_text()
+    assert json.loads((run / "results.json").read_text())["left_out"] == a.left_out
+    preempt(run, "candidate", 2)
+    preempt(run, "candidate", 3)
+    whole = [x for x in analyze(run).left_out if x["run"] is None]
+    assert whole == [
+        {
+            "metric": "mean_decode_first_wave_ms",
+            "arm": "candidate",
+            "run": None,
+            "server_start": 1,
+            "why": "no run of this server start has a value: the start is not counted",
+        }
+    ]
+
+
+def test_no_run_leaves_a_gated_metric_silently(tmp_path):
+    """The audit's silent drop: a run whose first-wave decode window is too short was skipped from
+    its start's mean without a word; now every such run is named with the reason."""
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    a = analyze(write_run(tmp_path / "r", {"baseline": same, "candidate": same}, DECODE, tokens=32))
+    runs = [x for x in a.left_out if x["run"] is not None]
+    assert len(runs) == 8 and all("fewer than 32 tokens" in x["why"] for x in runs)
+    assert gate(a, "mean_decode_first_wave_ms").outcome is Outcome.INCONCLUSIVE

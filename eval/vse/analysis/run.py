@@ -13,7 +13,15 @@ from typing import Any
 from vse import sweep
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
-from vse.analysis.verdict import _accuracy_gates, exit_code_for, find_disturbed, look_of, required, unplanned_look
+from vse.analysis.verdict import (
+    _accuracy_gates,
+    exit_code_for,
+    find_disturbed,
+    left_out,
+    look_of,
+    required,
+    unplanned_look,
+)
 from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources as models
@@ -43,6 +51,7 @@ class Analysis:
     agreement_self: dict[str, Any] | None = None
     fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/vse/checks/fidelity.py)
     disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # runs and starts without a gated metric's value
     look: int = 1
     looks: int = 1
     gate_alpha: float = 0.05
@@ -119,6 +128,7 @@ def analyze(
         agreement_self=self_agree,
         fidelity=fid,
         disturbed=disturbed,
+        left_out=left_out(s, arms),
         look=look,
         looks=s.run.looks,
         gate_alpha=gate_alpha,

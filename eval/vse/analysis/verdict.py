@@ -27,6 +27,46 @@ HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
 DISTURBED_Z = 3.5  # robust |z| beyond which a run is far from its siblings
 
 
+def left_out(s: Scenario, arms: dict[str, ArmAnalysis]) -> list[dict[str, Any]]:
+    """Every run without a value for a gated metric, with the reason, and every server start that
+    thereby counts for nothing: the statistics skip a run without a value, and no skip is silent."""
+    defs = {m.key: m for m in registry.metric_defs(s.workload.percentiles, s.workload.goodput is not None, True)}
+    out: list[dict[str, Any]] = []
+    for gate in s.gates.performance:
+        m = defs.get(gate.metric)
+        if m is None:
+            continue
+        for name, arm in arms.items():
+            missing: dict[int, list[int]] = {}
+            for k, d in enumerate(arm.repeat_data):
+                v = estimate.point_value(d, m)
+                if not (np.isfinite(v) and v > 0):
+                    missing.setdefault(d.start, []).append(k)
+                    out.append({"metric": m.key, "arm": name, "run": k, "server_start": d.start, "why": _why(d, m)})
+            for start, ks in missing.items():
+                if len(ks) == sum(1 for d in arm.repeat_data if d.start == start):
+                    out.append(
+                        {
+                            "metric": m.key,
+                            "arm": name,
+                            "run": None,
+                            "server_start": start,
+                            "why": "no run of this server start has a value: the start is not counted",
+                        }
+                    )
+    return out
+
+
+def _why(d: estimate.RepeatData, m: registry.MetricDef) -> str:
+    if m.source == "decode_first":
+        return d.decode_first_why or "no first-wave decode value"
+    if not d.n:
+        return "no successful request in the run"
+    if m.source in ("ttft_first", "ttft_steady") and not getattr(d, m.source).size:
+        return "no first wave (an open-loop rate)" if m.source == "ttft_first" else "no request after the first wave"
+    return "the run has no value for it"
+
+
 def disturbed_rule() -> str:
     """find_disturbed's rule in words, from its own constants: the summary quotes this, so the
     text cannot drift from the code."""

@@ -166,6 +166,7 @@ def render(a: Analysis) -> str:
         _accuracy,
         _comparison,
         _disturbed,
+        _left_out,
         _noise_floor,
         _agreement,
         _fidelity,
@@ -247,6 +248,26 @@ def _disturbed(a: Analysis) -> list[str]:
             f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
             f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |"
             for d in a.disturbed
+        ),
+        "",
+    ]
+
+
+def _left_out(a: Analysis) -> list[str]:
+    if not a.left_out:
+        return []
+    return [
+        "## Runs without a value for a gated metric",
+        "",
+        "Left out of that metric's start means, each with its reason (a start none of whose runs has a "
+        "value is not counted for it).",
+        "",
+        "| Metric | Arm | Run | Server start | Why |",
+        "|---|---|---:|---:|---|",
+        *(
+            f"| {x['metric']} | {x['arm']} | {'all' if x['run'] is None else x['run'] + 1} | "
+            f"{x['server_start'] + 1} | {x['why']} |"
+            for x in a.left_out
         ),
         "",
     ]

@@ -81,6 +81,7 @@ def render(a: Analysis) -> dict[str, Any]:
                 "gate_alpha": a.gate_alpha,
             },
             "disturbed_runs": a.disturbed,
+            "left_out": a.left_out,
             "sweep": sweep.json_rows(a),
             "gemm_prediction": (
                 {"gemm_source": a.gemm_source, **a.gemm_prediction.to_json()}

@@ -60,6 +60,19 @@ class RequestRecord:
         return [(b - a) / 1e9 for a, b in zip(c, c[1:])]
 
     @property
+    def deliveries(self) -> list[tuple[int, int]]:
+        """(arrival ns, tokens) of what arrived at each instant: chunks read from the socket at once
+        are one delivery (their tokens were all produced by then, however late the first of them),
+        and chat's tokenless opening chunk is none."""
+        out: list[tuple[int, int]] = []
+        for t_ns, k in zip(self.chunk_ns, self.chunk_tokens):
+            if out and out[-1][0] == t_ns:
+                out[-1] = (t_ns, out[-1][1] + k)
+            elif k > 0 or out:
+                out.append((t_ns, k))
+        return out
+
+    @property
     def itl_tokens_s(self) -> list[float]:
         """Per-token inter-token times: each delivery's gap spread evenly over the tokens it carried,
         so k tokens arriving g after the previous ones give k values of g / k. A delivery is what
@@ -77,12 +90,7 @@ class RequestRecord:
             or sum(self.chunk_tokens) != self.output_tokens
         ):
             return []
-        deliveries: list[list[int]] = []  # [arrival ns, tokens]
-        for t_ns, k in zip(self.chunk_ns, self.chunk_tokens):
-            if deliveries and deliveries[-1][0] == t_ns:
-                deliveries[-1][1] += k
-            elif k > 0 or deliveries:
-                deliveries.append([t_ns, k])
+        deliveries = self.deliveries
         out: list[float] = []
         gap_ns = 0
         for (a, _), (b, k) in zip(deliveries, deliveries[1:]):

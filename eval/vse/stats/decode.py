@@ -10,7 +10,14 @@ MIN_WINDOW_TOKENS = 32  # fewer tokens in the window: its two ends' jitter would
 
 
 def first_wave_decode_ms(wave: list[RequestRecord]) -> np.ndarray:
-    """Per request of the first wave, milliseconds per token while the wave decodes alone.
+    """Per request of the first wave, milliseconds per token while the wave decodes alone (empty:
+    `first_wave_decode` says why)."""
+    return first_wave_decode(wave)[0]
+
+
+def first_wave_decode(wave: list[RequestRecord]) -> tuple[np.ndarray, str]:
+    """Per request of the first wave, milliseconds per token while the wave decodes alone, or no
+    values and the reason.
 
     In a closed loop the first wave's prompts are all prefilled at the start (the last first token
     marks the end of the last prefill) and no new request is sent until one of them completes, so
@@ -18,21 +25,34 @@ def first_wave_decode_ms(wave: list[RequestRecord]) -> np.ndarray:
     prefill rides along, whatever the arm's speed. Within that window a request's time per token is
     (last delivery - first delivery) / (tokens between them, by the server's per-chunk counts):
     packing several tokens into a chunk moves only the two end points, by a step or so of a
-    window of hundreds. Empty where the window holds too few tokens (short outputs, outputs of
-    mixed length), where the server's per-chunk counts are missing, or without a first wave."""
-    ok = [r for r in wave if r.success and r.chunk_ns and r.chunk_usage is True and r.token_source == "usage"]
-    if len(ok) < 2 or len(ok) < len(wave):
-        return np.array([])
-    t0 = max(r.chunk_ns[0] for r in ok)  # the last prefill's first token
-    t1 = min(r.chunk_ns[-1] for r in ok)  # the first completion: the next prompt arrives after it
+    window of hundreds. A delivery is what arrived at one instant (RequestRecord.deliveries):
+    chunks read from the socket together count from the time they arrived, all of them, or the
+    tokens of the later ones would count without their time."""
+    if not wave:
+        return np.array([]), "no first wave (an open-loop rate sends no burst)"
+    if any(not r.success or not r.chunk_ns for r in wave):
+        return np.array([]), "a first-wave request failed or streamed nothing"
+    if any(r.chunk_usage is not True or r.token_source != "usage" for r in wave):
+        return np.array([]), "the server gave no per-chunk token counts (workload.usage_per_chunk)"
+    if len(wave) < 2:
+        return np.array([]), "a first wave of one request"
+    t0 = max(r.chunk_ns[0] for r in wave)  # the last prefill's first token
+    t1 = min(r.chunk_ns[-1] for r in wave)  # the first completion: the next prompt arrives after it
     out = []
-    for r in ok:
-        cum = np.cumsum(r.chunk_tokens)
-        t = np.asarray(r.chunk_ns)
+    for r in wave:
+        d = r.deliveries
+        cum = np.cumsum([k for _, k in d])
+        t = np.asarray([ns for ns, _ in d])
         inside = np.flatnonzero((t >= t0) & (t <= t1))
         if len(inside) < 2:
-            continue
+            break
         i, j = inside[0], inside[-1]
-        if cum[j] - cum[i] >= MIN_WINDOW_TOKENS:
-            out.append((t[j] - t[i]) / 1e6 / (cum[j] - cum[i]))
-    return np.array(out) if len(out) == len(ok) else np.array([])
+        if cum[j] - cum[i] < MIN_WINDOW_TOKENS:
+            break
+        out.append((t[j] - t[i]) / 1e6 / (cum[j] - cum[i]))
+    if len(out) < len(wave):
+        return np.array([]), (
+            f"the pure-decode window held fewer than {MIN_WINDOW_TOKENS} tokens for a first-wave request "
+            "(short or mixed output lengths, or EOS before the wave was prefilled)"
+        )
+    return np.array(out), ""

@@ -24,7 +24,7 @@ from scipy import special
 from scipy import stats as sps
 
 from vse.rundir.records import RequestRecord
-from vse.stats.decode import first_wave_decode_ms
+from vse.stats.decode import first_wave_decode
 from vse.stats.metrics import TRIM, measured
 from vse.stats.registry import MetricDef, metric_defs
 
@@ -61,6 +61,7 @@ class RepeatData:
     ttft_steady: np.ndarray = field(default_factory=lambda: np.array([]))
     energy_j: float | None = None  # the GPUs' energy over the measured load (NVML), None without telemetry
     decode_first: np.ndarray = field(default_factory=lambda: np.array([]))  # per wave request (first_wave_decode_ms)
+    decode_first_why: str = ""  # why decode_first is empty: no run leaves a gated metric without a reason
 
     @property
     def n(self) -> int:
@@ -88,6 +89,7 @@ def repeat_data(
     by_send = sorted(rs, key=lambda r: (r.send_ns, r.index))
     wave_ids = {id(r) for r in by_send[:first_wave]} if first_wave else set()
     first = [r.ttft_s * ms for r in ok if id(r) in wave_ids]
+    decode, why = first_wave_decode([r for r in by_send if id(r) in wave_ids])
     steady = [r.ttft_s * ms for r in ok if wave_ids and id(r) not in wave_ids]
     return RepeatData(
         duration_s=duration,
@@ -104,7 +106,8 @@ def repeat_data(
         ttft_first=np.array(first),
         ttft_steady=np.array(steady),
         energy_j=energy_j,
-        decode_first=first_wave_decode_ms([r for r in rs if id(r) in wave_ids]) if wave_ids else np.array([]),
+        decode_first=decode,
+        decode_first_why=why,
     )
 
 

@@ -92,9 +92,14 @@ def analyze(
     gate_rows = comparison
     if comparison and any(excluded.values()):  # a gated metric never loses a run on its own
         gate_rows = _compare(s, arms, {})
+        # one number per gated metric: the headline, the table and the gate row show the estimate
+        # the gate decided on; only exploratory rows leave disturbed runs out
+        gated = {g.metric for g in s.gates.performance}
+        every = {r.key: r for r in gate_rows}
+        comparison = [every[r.key] if r.key in gated else r for r in comparison]
         notes.append(
-            "gated metrics are decided on every run, disturbed ones included; the exploratory table "
-            "leaves them out of their start's mean"
+            "gated metrics are estimated and decided on every run, disturbed ones included; exploratory "
+            "rows leave disturbed runs out of their start's mean"
         )
     results += _performance_gates(s, arms, gate_rows, gate_alpha)
     results += required(s, results)

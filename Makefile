@@ -39,7 +39,7 @@ bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): u
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
 .PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup lock \
-	setup-gpu-carry check clean-venv examples-raw locks
+	setup-gpu-carry check clean-venv examples-raw locks mutate
 
 # The suite's environment from the lock (requirements.lock: every package pinned, for Python
 # 3.10-3.14 on any platform), then the suite itself without resolving anything again.
@@ -128,6 +128,11 @@ test-unit: $(SUITE_ENV)
 
 test-integration: $(SUITE_ENV) setup
 	$(PY) -m pytest -q -rs --durations=25 tests/integration
+
+# Mutation testing of the statistics core: each slip in tests/mutate.py must fail the unit tests
+# (about a minute per mutant the tests let live; the score is printed, exit 1 if one survives).
+mutate: $(SUITE_ENV)
+	$(PY) tests/mutate.py
 
 lint: $(SUITE_ENV)
 	$(PY) -m ruff check eval tests benchmarks

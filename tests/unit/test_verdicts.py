@@ -172,3 +172,13 @@ def test_no_run_leaves_a_gated_metric_silently(tmp_path):
     runs = [x for x in a.left_out if x["run"] is not None]
     assert len(runs) == 8 and all("fewer than 32 tokens" in x["why"] for x in runs)
     assert gate(a, "mean_decode_first_wave_ms").outcome is Outcome.INCONCLUSIVE
+
+
+def test_a_run_moderately_far_from_its_siblings_is_listed(tmp_path):
+    """The threshold itself (robust z > 3.5 and more than 3% off in the decode step), not only a
+    run a hundred MADs away: this run is about 4 robust z and 5% off (`make mutate` found that a
+    threshold of 35 passed every test)."""
+    base = [(0, 10.0), (0, 10.1), (1, 9.9), (1, 10.05), (2, 9.95), (2, 10.0)]
+    cand = [(0, 10.0), (0, 10.1), (1, 9.9), (1, 10.05), (2, 9.95), (2, 10.5)]
+    a = analyze(write_run(tmp_path / "r", {"baseline": base, "candidate": cand}, GATE + ["run.server_starts=3"]))
+    assert [(d["arm"], d["run"]) for d in a.disturbed] == [("candidate", 6)]

@@ -16,13 +16,15 @@ from vse.stats.registry import ENERGY, metric_defs
 RECORDED = Path(__file__).parent / "data" / "h200-nvml-samples.jsonl"
 
 
-def test_without_a_gpu_the_run_says_no_gpu_telemetry(tmp_path):
+def test_without_a_gpu_the_run_says_it_is_a_cpu_run(tmp_path):
+    """A CPU machine's reports said `no GPU telemetry: NVMLError_LibraryNotFound: ...` on every run,
+    which reads like an error; a machine without a GPU is a CPU run, and says so."""
     with GpuSampler(tmp_path / "gpu.jsonl") as s:
         pass
     t = s.telemetry
     if t.status is gt.TelemetryStatus.MEASURED:
         pytest.skip("this machine has a GPU")
-    assert t.reason.startswith("no GPU telemetry: ") and t.energy_j is None and s.proc.poll() is not None
+    assert t.reason == "no GPU (CPU run)" and t.energy_j is None and s.proc.poll() is not None
 
 
 def test_the_sampler_writes_where_a_relative_path_points_and_says_why_when_it_cannot(tmp_path, monkeypatch):
@@ -89,9 +91,10 @@ def test_summary_energy_clocks_and_slowdowns():
 
 
 def test_unavailable_and_torn_lines(tmp_path):
+    assert gt.summarize([{"unavailable": "NVMLError_LibraryNotFound: x"}]).reason == "no GPU (CPU run)"
     assert (
-        gt.summarize([{"unavailable": "NVMLError_LibraryNotFound: x"}]).reason
-        == "no GPU telemetry: NVMLError_LibraryNotFound: x"
+        gt.summarize([{"unavailable": "NVMLError_NoPermission: x"}]).reason
+        == "no GPU telemetry: NVMLError_NoPermission: x"
     )
     assert gt.summarize([]).status is gt.TelemetryStatus.UNAVAILABLE
     p = tmp_path / "s.jsonl"

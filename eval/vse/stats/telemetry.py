@@ -31,6 +31,11 @@ REASON_BITS = {
 # shown per run, with its share, rather than flagged (docs/measurements.md has the H200's figures).
 SLOWDOWN_REASONS = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 NO_TELEMETRY = "no GPU telemetry"
+NO_GPU = "no GPU (CPU run)"
+# What the sampler writes on a machine without a GPU (no NVML library, no driver, no device, no
+# nvidia-ml-py): an ordinary CPU run, not an error, and said so (an NVMLError on every CPU report read
+# like one).
+_NO_GPU_SIGNS = ("LibraryNotFound", "DriverNotLoaded", "NVML sees no GPU", "No module named")
 
 
 class TelemetryStatus(str, Enum):
@@ -134,7 +139,10 @@ def summarize(lines: list[dict]) -> Telemetry:
         return Telemetry(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: the sampler wrote nothing")
     head = lines[0]
     if "unavailable" in head:
-        return Telemetry(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: {head['unavailable']}")
+        why = str(head["unavailable"])
+        if any(s in why for s in _NO_GPU_SIGNS):
+            return Telemetry(TelemetryStatus.UNAVAILABLE, NO_GPU)
+        return Telemetry(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: {why}")
     samples = [s for s in lines[1:] if "t" in s]
     gpus = []
     for g in head.get("gpus", []):

@@ -2,7 +2,7 @@
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
 # (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
-#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
+#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|usage|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -87,6 +87,12 @@ PY
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
+  usage)  # what per-chunk usage costs (#47): CUTLASS both arms, the candidate without continuous usage
+    # stats; throughput and first-wave TTFT gated at a 1% margin (the decode gate needs usage on both)
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET \
+        --set arms.candidate.usage_per_chunk=false --set arms.candidate.label=cutlass-no-usage \
+        --set "gates.performance=[{metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 1}]" \
+        --set run.gemm_bench=false --set agreement.enabled=false $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/usage.log"; pack usage ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
     run=${RUN:-$(newest_run)}
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;

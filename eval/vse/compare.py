@@ -209,7 +209,9 @@ class Orchestrator:
     def bench(
         self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int, point: float | None = None
     ) -> None:
-        w = self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
+        w = getattr(self.s.arms, arm).workload(
+            self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
+        )
         out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
         where = "" if point is None else f" at {sweep.point_label(self.s, point)}"
         prompts = self.prompts_for(k)

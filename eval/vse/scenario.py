@@ -69,6 +69,13 @@ class ArmSpec(Strict):
     flashinfer_autotune: bool | None = None
     planted_fault: PlantedFault | None = None
     planted_slowdown: PlantedSlowdown | None = None  # a calibration arm, never a real candidate
+    # This arm's own workload.usage_per_chunk (None: the workload's). Both arms the same server, one
+    # asking for the server's token count on every chunk and one not, measures what asking costs.
+    usage_per_chunk: bool | None = None
+
+    def workload(self, w: "WorkloadSpec") -> "WorkloadSpec":
+        """The workload this arm's runs send: the scenario's, with this arm's own settings."""
+        return w if self.usage_per_chunk is None else w.model_copy(update={"usage_per_chunk": self.usage_per_chunk})
 
     @model_validator(mode="after")
     def _whatif(self) -> "ArmSpec":
@@ -304,6 +311,11 @@ class Scenario(Strict):
     def _first_wave_decode_possible(self) -> None:
         if any(g.metric == FIRST_WAVE_DECODE for g in self.gates.performance):
             needs = _first_wave_decode_needs(self.workload)
+            needs += [
+                f"arms.{name}.usage_per_chunk not false (the gate compares both arms' per-chunk counts)"
+                for name in ARMS
+                if getattr(self.arms, name).usage_per_chunk is False
+            ]
             if needs:
                 raise ValueError(f"gates.performance: {FIRST_WAVE_DECODE} needs " + "; ".join(needs))
 

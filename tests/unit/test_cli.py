@@ -461,3 +461,43 @@ def test_a_look_with_a_failed_gate_stops_the_plan_and_says_why(tmp_path, monkeyp
     assert any("decode failed: the verdict is FAIL whatever thr would say" in m for m in logs)
     (look,) = json.loads((run_dir / "run.json").read_text())["looks"]
     assert look["failed"] == ["decode"] and look["undecided"] == ["thr"]
+
+
+def test_an_arms_own_usage_per_chunk_reaches_its_runs_and_its_records(tmp_path, monkeypatch):
+    """#47's cost of per-chunk usage: one arm asks for the server's token count on every chunk and
+    the other does not (arms.<arm>.usage_per_chunk). Each arm's runs send its own setting, and the
+    decode gate, which compares per-chunk counts, is refused when an arm turns them off."""
+    from types import SimpleNamespace as NS
+
+    import pytest
+
+    from vse.errors import ScenarioError
+    from vse.scenario_load import load_scenario
+
+    over = ["workload.usage_per_chunk=true", "arms.candidate.usage_per_chunk=false"]
+    s = load_scenario("scenarios/cpu-smoke.yaml", overrides=over)
+    assert s.arms.baseline.workload(s.workload).usage_per_chunk is True
+    assert s.arms.candidate.workload(s.workload).usage_per_chunk is False
+    opts = compare.CompareOptions(reports_root=tmp_path)
+    s, run_dir = compare.start_run(s, opts)
+    orch = compare.Orchestrator(s, run_dir, opts)
+    orch.model = NS(tokenizer="tok")
+    orch.prompts[0], orch.prompt_shas[0] = [], "sha"
+    sent = {}
+
+    class Sent(Exception):
+        pass
+
+    def run_repeat(target, prompts, w, out, **kw):
+        sent[out.name] = w.usage_per_chunk
+        raise Sent
+
+    monkeypatch.setattr(compare, "run_repeat", run_repeat)
+    srv = NS(url="http://127.0.0.1:9", cfg=NS(api_key=lambda: None), log_path="server.log")
+    for arm in ("baseline", "candidate"):
+        with pytest.raises(Sent):
+            orch.bench(arm, srv, 0, first_on_server=True, start=0)
+    assert sent == {"baseline": True, "candidate": False}
+    gate = ["gates.performance=[{metric: mean_decode_first_wave_ms, max_worse_pct: 5}]"]
+    with pytest.raises(ScenarioError, match="arms.candidate.usage_per_chunk not false"):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=over + gate)

@@ -182,3 +182,18 @@ def test_a_run_moderately_far_from_its_siblings_is_listed(tmp_path):
     cand = [(0, 10.0), (0, 10.1), (1, 9.9), (1, 10.05), (2, 9.95), (2, 10.5)]
     a = analyze(write_run(tmp_path / "r", {"baseline": base, "candidate": cand}, GATE + ["run.server_starts=3"]))
     assert [(d["arm"], d["run"]) for d in a.disturbed] == [("candidate", 6)]
+
+
+def test_an_arm_without_per_chunk_usage_reads_its_records_without_it(tmp_path):
+    """arms.<arm>.usage_per_chunk: false: records written before they kept their own flag are read
+    with the arm's setting, so that arm's per-token values are absent (not guessed), while the other
+    arm's are there."""
+    same = [(0, 10.0), (0, 10.0), (1, 10.0), (1, 10.0)]
+    over = ["workload.usage_per_chunk=true", "arms.candidate.usage_per_chunk=false"]
+    run = write_run(tmp_path / "r", {"baseline": same, "candidate": same}, over)
+    for f in run.glob("*/bench-?.jsonl"):  # as records were written before they kept their own flag
+        lines = f.read_text().splitlines()
+        f.write_text("".join(json.dumps({**json.loads(ln), "chunk_usage": None}) + "\n" for ln in lines))
+    a = analyze(run)
+    assert all(len(x) for x in a.arms["baseline"].repeat_data[0].itl_token)
+    assert not any(len(x) for x in a.arms["candidate"].repeat_data[0].itl_token)

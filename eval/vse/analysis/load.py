@@ -82,7 +82,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         return None
     spec = getattr(s.arms, name)
     servers = read_json(arm.servers) if arm.servers.is_file() else []
-    reps = load_repeats(d, complete=complete, usage_per_chunk=s.workload.usage_per_chunk)
+    reps = load_repeats(d, complete=complete, usage_per_chunk=spec.workload(s.workload).usage_per_chunk)
     if complete and reps and not servers:
         raise DamagedRunError(f"{arm.servers}: missing (the arm ran {len(reps)} run(s)); the run directory is damaged")
     ran = {r.meta.get("server") for r in reps}

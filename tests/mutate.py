@@ -128,6 +128,13 @@ MUTANTS = (
         "vLLM's TPOT definition (the first token excluded)",
     ),
     Mutant(
+        "no-release-control",
+        "qualify.py",
+        'stands = standing_fails([(g["p_fail"], results[i]["gate_alpha"]) for i, g in tests])',
+        "stands = [True] * len(tests)",
+        "a release's performance FAILs controlled across its entries",
+    ),
+    Mutant(
         "gated-rows-exclude-disturbed",
         "analysis/run.py",
         "comparison = [every[r.key] if r.key in gated else r for r in comparison]",

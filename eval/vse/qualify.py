@@ -25,6 +25,8 @@ from vse.exitcodes import ExitCode
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
 from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, REPORTS, RunDir, qualify_entry
+from vse.scenario import GateFamily
+from vse.stats.decide import standing_fails
 
 OUTCOME: dict[int, str] = {
     ExitCode.OK: "PASS",
@@ -145,9 +147,13 @@ def aggregate(suite: Suite, out: Path) -> int:
             e, None, None, f"entry {i + 1} left no result ({path.name}): skipped by its step's condition or lost", out
         )
         r["optional"] = e.optional
-        r["counted"] = counted(r["exit_code"], e.optional)
         results.append(r)
-    code = worst([(r["exit_code"], e.optional) for r, e in zip(results, suite.runs)])
+    for r in results:  # a FAIL the release's other tests do not let stand reads INCONCLUSIVE here
+        r["release_exit_code"] = r["exit_code"]
+    demote_unsupported_fails(results)
+    for r in results:
+        r["counted"] = counted(r["release_exit_code"], r["optional"])
+    code = worst([(r["release_exit_code"], r["optional"]) for r in results])
     index = {
         "suite": suite.name,
         "description": suite.description,
@@ -159,6 +165,31 @@ def aggregate(suite: Suite, out: Path) -> int:
     write_json(out / QUALIFY_JSON, index)
     (out / QUALIFY_MD).write_text(markdown(index))
     return code
+
+
+def demote_unsupported_fails(results: list[dict]) -> None:
+    """Release-level error control on the FAIL side (stats.decide.standing_fails): every
+    performance gate of every entry is one test; an entry whose FAILs are all performance gates
+    that do not stand across the release gets release_exit_code INCONCLUSIVE and a note. Its own
+    run keeps its verdict; PASS, accuracy and every other gate are untouched."""
+    tests = [
+        (i, g)
+        for i, r in enumerate(results)
+        if r.get("gate_alpha")
+        for g in r.get("gates", [])
+        if g.get("family") == GateFamily.PERFORMANCE.value and g.get("p_fail") is not None
+    ]
+    stands = standing_fails([(g["p_fail"], results[i]["gate_alpha"]) for i, g in tests])
+    for (i, g), ok in zip(tests, stands):
+        g["release_stands"] = ok
+    for r in results:
+        fails = [g for g in r.get("gates", []) if g.get("outcome") == "fail"]
+        if r["exit_code"] == ExitCode.GATE_FAILED and fails and all(g.get("release_stands") is False for g in fails):
+            r["release_exit_code"] = ExitCode.INCONCLUSIVE
+            r["release_note"] = (
+                f"its FAIL does not stand across the release's {len(tests)} performance tests (Holm over "
+                "every entry's gates): INCONCLUSIVE here, FAIL in its own report"
+            )
 
 
 def _read_result(path: Path) -> dict | None:
@@ -185,7 +216,8 @@ def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, ou
     res = RunDir(run_dir).results if run_dir else None
     if run_dir and res and res.is_file():
         data = json.loads(res.read_text())
-        r["gates"] = [{"name": g["name"], "outcome": g["outcome"]} for g in data.get("gates", [])]
+        r["gates"] = [{k: g.get(k) for k in ("name", "outcome", "family", "p_fail")} for g in data.get("gates", [])]
+        r["gate_alpha"] = (data.get("design") or {}).get("gate_alpha")
         summary = RunDir(run_dir).summary
         if summary.is_file():
             r["headline"] = summary.read_text().splitlines()[2]
@@ -206,6 +238,8 @@ def markdown(index: dict) -> str:
         outcome = r["outcome"] + (
             OPTIONAL if r.get("optional") and r.get("counted") == ExitCode.OK != r["exit_code"] else ""
         )
+        if r.get("release_note"):
+            outcome += f" ({r['release_note']})"
         L.append(
             f"| {i} | {r['scenario']} | {r['backend'] or 'scenario'} | {outcome} | {link} | "
             f"{r['headline'] or r['message']} |"

@@ -97,6 +97,23 @@ def holm(pvalues: list[float]) -> list[float]:
     return adj
 
 
+def standing_fails(tests: list[tuple[float, float]]) -> list[bool]:
+    """Across a release's comparisons: which FAIL tests still reject when all of them are taken
+    together. tests: (p of "beyond the margin" before any correction, the alpha its run decided at).
+    A run FAILs a gate at p <= alpha / 2 (Holm within the run); across the release each p is scaled
+    to its own level, q = p / (alpha / 2), and Holm's step-down rejects while q * (tests left) <= 1:
+    the chance that any comparison within its margins is blocked stays at most the mean alpha / 2,
+    however many entries and gates the release holds. PASS decisions are not touched: a release
+    passes only when every gate passes, which needs no correction."""
+    q = [p / (a / 2) if a > 0 else math.inf for p, a in tests]
+    stands = [False] * len(q)
+    for rank, i in enumerate(sorted(range(len(q)), key=q.__getitem__)):
+        if q[i] * (len(q) - rank) > 1:
+            break
+        stands[i] = True
+    return stands
+
+
 def starts_to_decide(e: Estimate, w: float, m: float, alpha_at: Callable[[int], float], cap: int = 50) -> int | None:
     """Server starts per arm at which the interval would clear the margin if the estimate held,
     at the alpha the plan spends at that look (alpha_at) and Welch's df for those starts."""

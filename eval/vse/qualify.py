@@ -1,7 +1,8 @@
 """make qualify SUITE=...: a named list of comparisons (scenarios/suites/<name>.yaml), each run as
 `make compare` runs it (a process of its own, so one crash cannot take the others with it), then
 one index report linking every run with its verdicts. Exit code: the worst outcome, a crashed run
-(2) over FAIL (1) over INCONCLUSIVE (3) over PASS (0). An entry that was refused here (4), skipped
+(2) over FAIL (1) over INCONCLUSIVE (3) over PASS (0), where a performance FAIL counts only if it
+stands across the release's performance gates together (demote_unsupported_fails). An entry that was refused here (4), skipped
 (its step's condition, e.g. no Blackwell queue) or lost (no result) qualified nothing: it makes the
 suite INCONCLUSIVE unless the suite marks it `optional`, and the index lists it either way."""
 

@@ -128,9 +128,9 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 
 def _without_preempted_decode(d: estimate.RepeatData, meta: dict[str, Any]) -> estimate.RepeatData:
     """A run in which the server preempted a request has no first-wave decode value: the recompute
-    of a preempted request's prefill can fall inside the pure-decode window, and one there reads
-    +0.15% (15 ms prefill) to +0.5% (50 ms) on the arm it happened to. The server's counter is per
-    run, not per step, so any preemption in the run takes the value out, with the reason."""
+    of a preempted request's prefill can fall inside the pure-decode window and slow the arm it
+    happened to (docs/statistics.md). The server's counter is per run, not per step, so any
+    preemption in the run takes the value out, with the reason."""
     n = (meta.get("server_metrics_delta") or {}).get(PREEMPTIONS) or 0
     if n <= 0 or not d.decode_first.size:
         return d

@@ -59,8 +59,6 @@ LAYOUTS = (
         kept=("latencies", "queue_times"),
     ),
 )
-HEAD = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts")
-TRAFFIC = ("request_rate", "burstiness", "max_concurrency")
 TOTALS = (
     "duration",
     "completed",

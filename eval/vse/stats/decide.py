@@ -43,8 +43,7 @@ class Outcome(str, enum.Enum):
 def settled(outcomes: list[Outcome]) -> bool:
     """Whether a sequential design stops at this look: every gate decided, or one FAILed. A FAIL
     blocks whatever the undecided gates would later say, so more starts would cost device time and
-    could not change the verdict (a +0.85 ms calibration on an H100 ran on from a FAIL at its
-    first look because throughput was still open)."""
+    could not change the verdict."""
     return Outcome.FAIL in outcomes or Outcome.INCONCLUSIVE not in outcomes
 
 

@@ -149,9 +149,7 @@ def aggregate(suite: Suite, out: Path) -> int:
         )
         r["optional"] = e.optional
         results.append(r)
-    for r in results:  # a FAIL the release's other tests do not let stand reads INCONCLUSIVE here
-        r["release_exit_code"] = r["exit_code"]
-    demote_unsupported_fails(results)
+    demote_unsupported_fails(results)  # a FAIL the release's other tests do not let stand reads INCONCLUSIVE
     for r in results:
         r["counted"] = counted(r["release_exit_code"], r["optional"])
     code = worst([(r["release_exit_code"], r["optional"]) for r in results])
@@ -170,9 +168,12 @@ def aggregate(suite: Suite, out: Path) -> int:
 
 def demote_unsupported_fails(results: list[dict]) -> None:
     """Release-level error control on the FAIL side (stats.decide.standing_fails): every
-    performance gate of every entry is one test; an entry whose FAILs are all performance gates
-    that do not stand across the release gets release_exit_code INCONCLUSIVE and a note. Its own
-    run keeps its verdict; PASS, accuracy and every other gate are untouched."""
+    performance gate of every entry is one test. Each entry gets release_exit_code: its own exit
+    code, or INCONCLUSIVE with a note when its FAILs are all performance gates that do not stand
+    across the release. Its own run keeps its verdict; PASS, accuracy and every other gate are
+    untouched."""
+    for r in results:
+        r["release_exit_code"] = r["exit_code"]
     tests = [
         (i, g)
         for i, r in enumerate(results)

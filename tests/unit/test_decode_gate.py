@@ -180,22 +180,9 @@ def test_chunks_read_together_at_the_windows_start_count_from_when_they_arrived(
     from vse.stats.decode import first_wave_decode_ms
 
     def rec(read_together: bool) -> RequestRecord:
-        t = [100 * MS + i * 10 * MS for i in range(64)]  # one token every 10 ms
+        r = stream(10.0, 64, [1], 0.0, np.random.default_rng(0))  # one token every 10 ms
         if read_together:
-            t[0] = t[1]  # the first two chunks arrive in one socket read
-        r = RequestRecord(
-            index=0,
-            phase="measure",
-            prompt_len=10,
-            expected_output_len=64,
-            scheduled_ns=0,
-            send_ns=0,
-            chunk_ns=t,
-            chunk_tokens=[1] * 64,
-            end_ns=t[-1] + MS,
-            success=True,
-        )
-        r.output_tokens, r.token_source, r.chunk_usage = 64, "usage", True
+            r.chunk_ns[0] = r.chunk_ns[1]  # the first two chunks arrive in one socket read
         return r
 
     for together in (False, True):

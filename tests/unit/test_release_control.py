@@ -31,8 +31,6 @@ def releases(change: float, n: int = 2000, seed: int = 0) -> dict[str, float]:
     k = dict.fromkeys(("own_fail", "release_fail", "own_pass", "release_pass"), 0)
     for _ in range(n):
         rs = [entry(rng, change) for _ in range(5)]
-        for r in rs:
-            r["release_exit_code"] = r["exit_code"]
         qualify.demote_unsupported_fails(rs)
         k["own_fail"] += any(r["exit_code"] == ExitCode.GATE_FAILED for r in rs)
         k["release_fail"] += any(r["release_exit_code"] == ExitCode.GATE_FAILED for r in rs)

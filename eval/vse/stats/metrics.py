@@ -67,18 +67,31 @@ def summarize(values: list[float], percentiles: list[float]) -> dict[str, float]
     return out
 
 
-def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
-    """The suite's peaks: output tokens in any one-second bucket counted per token (a chunk carries
-    its tokens where usage per chunk says how many), and the exact peak of concurrent requests, by
-    a sweep over sends and last tokens."""
+@dataclass(frozen=True)
+class Peaks:
+    """Per one-second bucket from the first send: the suite's peaks (tokens counted per token where
+    usage per chunk says how many; concurrency exact, by a sweep over sends and last tokens) and
+    vLLM's own (benchmarks/serve.py, calculate_metrics: one token per chunk, a request counted in
+    every bucket it touches, which reads up to twice the concurrency limit) for its result file."""
+
+    tokens_per_s: float = 0.0
+    concurrent: int = 0
+    vllm_tokens_per_s: float = 0.0
+    vllm_concurrent: int = 0
+
+
+def _peaks(ok: list[RequestRecord]) -> Peaks:
     if not ok:
-        return 0.0, 0
+        return Peaks()
     t0 = min(r.send_ns for r in ok)
-    t1 = max(r.end_ns for r in ok)
-    tokens = np.zeros(int(math.ceil((t1 - t0) / 1e9)) + 1)
-    for r in ok:
+    n = int(math.ceil((max(r.end_ns for r in ok) - t0) / 1e9)) + 1
+    tokens, chunks, touching = np.zeros(n), np.zeros(n), np.zeros(n)
+    for r in ok:  # one pass over every chunk feeds both views
         for t, k in zip(r.chunk_ns, r.chunk_tokens):
-            tokens[int((t - t0) / 1e9)] += k
+            b = int((t - t0) / 1e9)
+            tokens[b] += k
+            chunks[b] += 1
+        touching[int((r.send_ns - t0) / 1e9) : int((r.end_ns - t0) / 1e9) + 1] += 1
     events = sorted(
         [(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
         key=lambda e: (e[0], e[1]),
@@ -87,24 +100,7 @@ def _peaks(ok: list[RequestRecord]) -> tuple[float, int]:
     for _, d in events:
         live += d
         peak = max(peak, live)
-    return float(tokens.max()), peak
-
-
-def _vllm_peaks(ok: list[RequestRecord]) -> tuple[float, int]:
-    """vLLM's own peaks (benchmarks/serve.py, calculate_metrics), for its result file and block:
-    one-second buckets from the first send, one token per chunk, and a request counted in every
-    bucket it touches, which reads up to twice the concurrency limit (16 at a limit of 8)."""
-    if not ok:
-        return 0.0, 0
-    t0 = min(r.send_ns for r in ok) / 1e9
-    n = int(math.ceil(max(r.end_ns for r in ok) / 1e9 - t0)) + 1
-    tokens, live = np.zeros(n), np.zeros(n)
-    for r in ok:
-        for t in r.chunk_ns:
-            if 0 <= (b := int(t / 1e9 - t0)) < n:
-                tokens[b] += 1
-        live[int(r.send_ns / 1e9 - t0) : int(r.end_ns / 1e9 - t0) + 1] += 1
-    return float(tokens.max()), int(live.max())
+    return Peaks(float(tokens.max()), peak, float(chunks.max()), int(touching.max()))
 
 
 def good_count(records: list[RequestRecord], goodput: Goodput | None) -> int | None:
@@ -141,8 +137,7 @@ def compute(
     in_lens = [r.usage_prompt_tokens if r.usage_prompt_tokens is not None else r.prompt_len for r in rs]
     total_in = sum(n for n, r in zip(in_lens, rs) if r.success)
     total_out = sum(r.output_tokens for r in ok)
-    peak_tps, peak_conc = _peaks(ok)
-    vllm_tps, vllm_conc = _vllm_peaks(ok)
+    peaks = _peaks(ok)
     chunks = sum(len(r.chunk_ns) for r in ok)
     good = good_count(records, goodput)
     res: dict[str, Any] = {
@@ -159,10 +154,10 @@ def compute(
         "total_token_throughput": (total_in + total_out) / duration,
         # the suite's exact peaks under vLLM's names (its block shows them); vLLM's own counts for
         # its result file (report/vllm_files.py puts them under these names there)
-        "max_output_tokens_per_s": peak_tps,
-        "max_concurrent_requests": peak_conc,
-        "vllm_max_output_tokens_per_s": vllm_tps,
-        "vllm_max_concurrent_requests": vllm_conc,
+        "max_output_tokens_per_s": peaks.tokens_per_s,
+        "max_concurrent_requests": peaks.concurrent,
+        "vllm_max_output_tokens_per_s": peaks.vllm_tokens_per_s,
+        "vllm_max_concurrent_requests": peaks.vllm_concurrent,
         "chunks_per_token": (chunks / total_out) if total_out else None,
         "input_lens": in_lens,
         "output_lens": [r.output_tokens if r.success else 0 for r in rs],

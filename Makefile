@@ -91,7 +91,7 @@ trend: $(SUITE_ENV)
 	$(PY) -m vse.cli trend --db $(HISTORY) --out $(TREND_OUT)
 
 # Does each gate see a regression of known size? A/B against planted slowdowns (ms per engine step)
-# and, with AA=1, the A/A; one calibration report (eval/vse/calibrate.py).
+# and, with AA=1, the A/A; one calibration report (eval/vse/orchestration/calibrate.py).
 PLANT_MS ?= 0.2,0.8
 SHARE_BASELINE ?=
 calibrate: $(SUITE_ENV)

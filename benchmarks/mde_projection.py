@@ -32,10 +32,10 @@ from scipy.stats import chi2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 from vse.analysis import analyze  # noqa: E402
+from vse.orchestration.scenario_check import load_scenario  # noqa: E402
 from vse.rundir import packed  # noqa: E402
 from vse.rundir.files import read_json  # noqa: E402
 from vse.rundir.layout import RunDir  # noqa: E402
-from vse.scenario_load import load_scenario  # noqa: E402
 from vse.stats.calibration import mde  # noqa: E402
 from vse.stats.decide import spent_alpha  # noqa: E402
 from vse.stats.operating import GateModel, Plan, simulate  # noqa: E402

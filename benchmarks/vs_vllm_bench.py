@@ -31,8 +31,8 @@ from vse.errors import SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.models import sources as models
+from vse.orchestration.scenario_check import load_scenario
 from vse.scenario import DEFAULT_CACHE
-from vse.scenario_load import load_scenario
 from vse.server import metrics as server_metrics
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats import metrics

@@ -129,7 +129,7 @@ MUTANTS = (
     ),
     Mutant(
         "no-release-control",
-        "qualify.py",
+        "orchestration/qualify.py",
         'stands = standing_fails([(g["p_fail"], results[i]["gate_alpha"]) for i, g in tests])',
         "stands = [True] * len(tests)",
         "a release's performance FAILs controlled across its entries",

@@ -166,7 +166,7 @@ def test_the_trend_step_without_a_central_history_says_so(agent, tmp_path):
 
 def test_the_release_index_step_folds_entries_and_annotates(agent, tmp_path, monkeypatch):
     """The dynamic pipeline's last step on a one-GPU agent's results: TP2 and TP4 refused."""
-    from vse import qualify
+    from vse.orchestration import qualify
 
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     suite = qualify.load_suite("release")
@@ -283,7 +283,7 @@ def test_a_release_upload_whose_vse_fails_fails_the_step_and_annotates(agent):
 def test_a_release_entry_on_an_agent_without_a_gpu_is_refused_and_leaves_its_result(agent, monkeypatch):
     """An entry step (the dynamic pipeline's) with a candidate wheel named: the wheel's folder is
     this build's own; the entry is refused in seconds and still leaves entry-N.json for the index."""
-    from vse import qualify
+    from vse.orchestration import qualify
 
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     entry = qualify.pipeline(qualify.load_suite("release"))["steps"][0]
@@ -318,7 +318,7 @@ def test_two_release_entries_of_one_build_side_by_side_on_one_host_both_finish(t
     its agent's checkout, with one TMPDIR. Each builds its candidate's environment in a folder of its
     own job (one per build was removed under the other entry), installs the wheel with nothing
     fetched, and both end refused here (no GPU) with their result and annotation."""
-    from vse import qualify
+    from vse.orchestration import qualify
 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -392,7 +392,7 @@ def test_every_nightly_and_release_step_fetches_nothing_at_run_time(agent, tmp_p
     """Each step's command as the agent runs it in the image (PY: the image's Python), in a network
     namespace with no route: nothing is installed or downloaded, and every step still ends in its
     own exit code with an annotation."""
-    from vse import qualify
+    from vse.orchestration import qualify
 
     cases = [
         (f"nightly {k}", s, m)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import ROOT, needs_server
 
-from vse import qualify
 from vse.errors import SuiteError
+from vse.orchestration import qualify
 
 
 def test_suites_load_and_bad_ones_are_refused(tmp_path):

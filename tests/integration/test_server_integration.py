@@ -17,6 +17,7 @@ from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
+from vse.orchestration.scenario_check import load_scenario
 from vse.scenario import (
     AccuracySpec,
     AgreementSpec,
@@ -28,7 +29,6 @@ from vse.scenario import (
     VllmInstall,
     WorkloadSpec,
 )
-from vse.scenario_load import load_scenario
 from vse.server import metrics as server_metrics
 from vse.server.process import ServerConfig, VllmServer, group_members
 from vse.stats import gates

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from vse.orchestration.scenario_check import load_scenario
 from vse.rundir.records import RequestRecord, write_jsonl
 from vse.scenario import dump
-from vse.scenario_load import load_scenario
 
 MS = 1_000_000
 

@@ -5,7 +5,7 @@ published value, and its P(PASS) for a candidate exactly at the margin that only
 import numpy as np
 import pytest
 
-from vse.checks.accuracy import AccuracyResult
+from vse.rundir.records import AccuracyResult
 from vse.scenario import GatesSpec
 from vse.stats import gates
 from vse.stats import proportions as prop
@@ -99,6 +99,6 @@ def test_a_required_accuracy_gate_is_met_by_the_non_inferiority_gates_whatever_t
 def _scenario_requiring_accuracy():
     from conftest import ROOT
 
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     return load_scenario(ROOT / "scenarios" / "h200-qwen2.5-coder-1.5b-fp8-gsm8k.yaml")

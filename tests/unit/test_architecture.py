@@ -4,6 +4,7 @@ from raw records on a machine that never ran a server). Read from the source, so
 checked the day it is written."""
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -20,7 +21,14 @@ PURE = (
     "vse.rundir.rawdata",
     "vse.rundir.records",
 )
-FORBIDDEN = ("vse.loadgen", "vse.server.process", "vse.compare", "vse.cli", "vse.qualify", "aiohttp")
+FORBIDDEN = (
+    "vse.loadgen",
+    "vse.server.process",
+    "vse.orchestration.compare",
+    "vse.cli",
+    "vse.orchestration.qualify",
+    "aiohttp",
+)
 
 
 def module_name(path: Path) -> str:
@@ -67,39 +75,28 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
         planted.unlink()
 
 
-# The packages (and top-level modules) of vse, lowest first: each imports only those before it.
-# docs/architecture.md lists the same order with what each layer is for.
-LAYERS = (
-    "vse",  # __init__: the version
-    "paths",
-    "errors",
-    "exitcodes",
-    "backends",
-    "scenario_serving",
-    "scenario",
-    "redaction",
-    "schema_doc",
-    "rundir",
-    "sweep",  # a sweep's points as run directories, their plan and exit code (no server)
-    "checks",
-    "stats",
-    "scenario_load",
-    "server",
-    "models",
-    "loadgen",
-    "gemm",
-    "analysis",
-    "history",
-    "report",
-    "reuse",
-    "compare_checks",
-    "calibrate",
-    "qualify",
-    "compare",
-    "cli_ops",
-    "cli_compare",
-    "cli",
-)
+def doc_layers() -> list[tuple[str, ...]]:
+    """docs/architecture.md's numbered layer list, lowest first: the names in backticks before each
+    line's colon. The doc is the one place the order is written; this reads it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text[text.index("**Layers, lowest first**") :].split("\n\n")[1]
+    return [
+        tuple(re.findall(r"`([a-z_]+)`", line.split(":", 1)[0]))
+        for line in block.splitlines()
+        if re.match(r"\d+\. ", line)
+    ]
+
+
+LAYERS = [name for layer in doc_layers() for name in layer]  # inside a line too: each imports only those before it
+
+
+def test_the_layer_list_is_read_from_the_doc_and_names_every_package_and_root_module():
+    here = {f.stem for f in PKG.glob("*.py") if f.stem != "__init__"} | {
+        d.name for d in PKG.iterdir() if (d / "__init__.py").is_file()
+    }
+    assert len(doc_layers()) >= 8 and "vse" in LAYERS and "cli" == LAYERS[-1]
+    assert here - set(LAYERS) == set(), "in docs/architecture.md's layer list"
+    assert set(LAYERS) - here - {"vse"} == set(), "listed in docs/architecture.md, not in eval/vse"
 
 
 def layer_of(module: str) -> str:
@@ -131,9 +128,7 @@ def upward_imports() -> list[str]:
             if theirs == mine:
                 continue
             if mine not in rank or theirs not in rank:
-                bad.append(
-                    f"{name}: {mine if mine not in rank else theirs} is in no layer (tests/unit/test_architecture.py)"
-                )
+                bad.append(f"{name}: {mine if mine not in rank else theirs} is in no layer (docs/architecture.md)")
             elif rank[theirs] > rank[mine]:
                 bad.append(f"{name} ({mine}) imports {imp} ({theirs}), a higher layer")
     return sorted(set(bad))
@@ -153,11 +148,13 @@ def test_the_layer_check_sees_an_upward_import_in_any_package():
             planted.unlink()
 
 
-def test_no_module_is_over_about_400_lines():
+def test_no_module_is_over_about_600_lines():
+    """An alarm, not a boundary: a module this long does several jobs. Modules are cut by what they
+    do (the orchestrator and the checks it runs on a server are two), never to fit a number."""
     long = {
         module_name(f): n
         for f in PKG.rglob("*.py")
-        if "plugins" not in f.parts and (n := len(f.read_text().splitlines())) > 420
+        if "plugins" not in f.parts and (n := len(f.read_text().splitlines())) > 600
     }
     assert long == {}
 

@@ -88,7 +88,7 @@ def test_a_log_level_that_hides_the_kernel_line_is_refused_before_start():
     import pytest
 
     from vse.errors import PreflightError
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
     from vse.server import preflight
 
     s = load_scenario("scenarios/h200-llama3.1-8b-fp8-dummy.yaml")

@@ -111,7 +111,7 @@ def test_dockerfiles_pass_hadolint_and_carry_the_revision():
 def test_release_qualification_is_a_dynamic_pipeline_a_step_per_entry(tmp_path, monkeypatch):
     import jsonschema
 
-    from vse import qualify
+    from vse.orchestration import qualify
 
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     suite = qualify.load_suite("release")
@@ -134,7 +134,7 @@ def _labels(pipeline: dict) -> list[str]:
 
 
 def _every_pipeline() -> list[tuple[str, dict]]:
-    from vse import qualify
+    from vse.orchestration import qualify
 
     emitted = [
         (f"qualify {p.stem}", qualify.pipeline(qualify.load_suite(p.stem)))

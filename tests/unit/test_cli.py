@@ -3,10 +3,10 @@
 import json
 import sys
 
-from vse import cli, compare, reuse
+from vse import cli
 from vse.analysis import load_scenario_from_run
-from vse.compare_checks import ArmChecks
 from vse.models import provision
+from vse.orchestration import compare, reuse
 from vse.rundir import seal
 from vse.rundir import state as run_state
 
@@ -76,7 +76,7 @@ def fake_plan(monkeypatch, decisions=(), real_look=False):
         save_checks(self, arm)
 
     monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
-    monkeypatch.setattr(ArmChecks, "checks_start", checks_start)
+    monkeypatch.setattr(compare.Orchestrator, "checks_start", checks_start)
     if not real_look:
         monkeypatch.setattr(compare.Orchestrator, "decided", lambda self: answers.pop(0))
     return calls, answers
@@ -89,7 +89,7 @@ def save_checks(orch, arm):
 
 
 def plan_run(tmp_path, overrides):
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
     opts = compare.CompareOptions(reports_root=tmp_path)
@@ -304,7 +304,7 @@ def test_a_reused_baseline_grows_with_the_sequential_plan(tmp_path, monkeypatch)
     (src / "baseline" / "servers.json").write_text(json.dumps([{"server": 0}, {"server": 3}]))
     monkeypatch.setattr(reuse, "check_reusable", lambda *a, **k: None)
     calls, answers = fake_plan(monkeypatch, decisions=[False, True])
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.server_starts=2", "run.max_server_starts=4"])
     opts = compare.CompareOptions(reports_root=tmp_path / "new", reuse={"baseline": src})
@@ -323,7 +323,7 @@ def test_a_reused_arm_without_this_scenarios_checks_gets_them_made_up(tmp_path, 
     _, src = plan_run(tmp_path / "src", ["run.server_starts=2", "agreement.enabled=false", "accuracy.enabled=false"])
     monkeypatch.setattr(reuse, "check_reusable", lambda *a, **k: None)
     calls, _ = fake_plan(monkeypatch)
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.server_starts=2"])
     opts = compare.CompareOptions(reports_root=tmp_path / "new", reuse={"baseline": src})
@@ -472,7 +472,7 @@ def test_an_arms_own_usage_per_chunk_reaches_its_runs_and_its_records(tmp_path, 
     import pytest
 
     from vse.errors import ScenarioError
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     over = ["workload.usage_per_chunk=true", "arms.candidate.usage_per_chunk=false"]
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=over)

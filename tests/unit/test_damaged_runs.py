@@ -227,8 +227,8 @@ def test_a_reused_arm_measured_under_another_workload_is_refused(tmp_path, overr
     from rundirs import write_run
 
     from vse.errors import SuiteError
-    from vse.reuse import check_same_workload
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.reuse import check_same_workload
+    from vse.orchestration.scenario_check import load_scenario
 
     src = write_run(tmp_path / "src", {"baseline": [(0, 10.0)]})
     base = [
@@ -284,8 +284,8 @@ def test_other_gates_are_an_explicit_option_the_report_names(run, capsys):
 
 
 def test_a_new_run_says_it_seals_and_seals_its_scenario(tmp_path):
-    from vse import compare
-    from vse.scenario_load import load_scenario
+    from vse.orchestration import compare
+    from vse.orchestration.scenario_check import load_scenario
 
     s = load_scenario("scenarios/cpu-smoke.yaml")
     s, run_dir = compare.start_run(s, compare.CompareOptions(reports_root=tmp_path))

@@ -1,8 +1,8 @@
 import pytest
 
 from vse.checks import agreement
-from vse.checks.accuracy import AccuracyResult
 from vse.checks.agreement import Completion
+from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec, GatesSpec, PerfGate
 from vse.stats import gates
 from vse.stats.estimate import MetricComparison, Verdict

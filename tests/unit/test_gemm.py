@@ -11,9 +11,9 @@ from conftest import ROOT
 from vse.gemm import bench as gemm_bench
 from vse.gemm.shapes import ShapeError, llama_shapes, token_counts
 from vse.models import sources as models
+from vse.orchestration.scenario_check import load_scenario
 from vse.report import gemm as gemm_report
 from vse.scenario import Architecture, GeneratedModel
-from vse.scenario_load import load_scenario
 
 RECORDED = ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json"
 

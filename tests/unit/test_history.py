@@ -104,7 +104,7 @@ def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path, capsys):
 
 
 def test_series_are_keyed_by_what_was_measured_not_by_the_machine():
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     base = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml")
     elsewhere = load_scenario(ROOT / "scenarios" / "cpu-smoke.yaml", overrides=["server.vllm.python=/other/python"])

@@ -26,7 +26,7 @@ def test_a_start_that_only_made_up_checks_is_not_counted_as_a_measured_start(tmp
     import json
 
     from vse.analysis import load_arm
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
 
     d = tmp_path / "candidate"
     d.mkdir()

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from vse.errors import ScenarioError
-from vse.scenario_load import load_scenario
+from vse.orchestration.scenario_check import load_scenario
 from vse.server import planted
 from vse.server.plugins import PLUGINS
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 
 from vse.errors import PreflightError
-from vse.scenario_load import load_scenario
+from vse.orchestration.scenario_check import load_scenario
 from vse.server import preflight
 from vse.server.preflight import Gpu
 
@@ -125,8 +125,8 @@ def test_the_gpus_a_comparison_uses_are_those_cuda_visible_devices_names():
 def test_a_cpu_comparison_that_would_take_hours_is_said_before_it_starts():
     """A scenario without its own workload gets the seed PR's 384 prompts of 1,024 in / 128 out:
     on a CPU that is hours, said in one line before anything starts; the shipped smoke is not."""
-    from vse.cli_compare import long_on_cpu
-    from vse.scenario_load import load_scenario
+    from vse.cli.compare import long_on_cpu
+    from vse.orchestration.scenario_check import load_scenario
 
     assert long_on_cpu(load_scenario("scenarios/cpu-smoke.yaml")) is None
     seed = load_scenario(

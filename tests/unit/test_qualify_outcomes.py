@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from vse import qualify
 from vse.exitcodes import ExitCode
+from vse.orchestration import qualify
 
 PASS, FAIL, CRASH, UNDECIDED, REFUSED = 0, 1, 2, 3, 4
 

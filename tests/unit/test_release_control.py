@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from vse import qualify
 from vse.exitcodes import ExitCode
+from vse.orchestration import qualify
 from vse.stats.decide import GateInput, Outcome, decide
 from vse.stats.estimate import Design, Estimate, welch
 

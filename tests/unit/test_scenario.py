@@ -5,7 +5,7 @@ import pytest
 
 from vse.backends import Backend
 from vse.errors import ScenarioError
-from vse.scenario_load import load_scenario
+from vse.orchestration.scenario_check import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -157,14 +157,14 @@ def test_alias_bombs_are_refused_quickly(tmp_path):
 
 
 def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
-    from vse import sweep
+    from vse.rundir import sweep_points
 
     s = load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 16]}"])
-    p = sweep.point_scenario(s, 16)
+    p = sweep_points.point_scenario(s, 16)
     assert p.workload.max_concurrency == 16 and isinstance(p.workload.max_concurrency, int)
     assert not p.accuracy.enabled and not p.agreement.enabled and p.run.sweep is None and not p.run.gemm_bench
-    assert sweep.point_dir(Path("/r"), s, 2) == Path("/r/sweep/max_concurrency-2")
-    assert sweep.worst_exit([0, 3, 1]) == 1 and sweep.worst_exit([3, 2, 1]) == 2 and sweep.worst_exit([0, 3]) == 3
+    assert sweep_points.point_dir(Path("/r"), s, 2) == Path("/r/sweep/max_concurrency-2")
+    assert sweep_points.worst_exit([0, 3, 1]) == 1 and sweep_points.worst_exit([3, 2, 1]) == 2 and sweep_points.worst_exit([0, 3]) == 3
     # a point above num_prompts would measure num_prompts' concurrency under another label
     with pytest.raises(ScenarioError, match=r"max_concurrency=64 is more than workload.num_prompts \(32\)"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 64]}"])
@@ -177,8 +177,8 @@ def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
 
 def test_the_schema_reference_in_the_docs_is_the_generated_one():
     """docs/scenarios.md's key table is generated from the pydantic models: a key added to the schema
-    and not to the docs fails here (regenerate with `python -m vse.schema_doc`)."""
-    from vse.schema_doc import BEGIN, END, reference
+    and not to the docs fails here (regenerate with `python -m vse.scenario.schema_doc`)."""
+    from vse.scenario.schema_doc import BEGIN, END, reference
 
     text = (ROOT / "docs" / "scenarios.md").read_text()
     assert BEGIN + text.split(BEGIN, 1)[1].split(END, 1)[0] + END == reference()

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from vse.errors import ScenarioError, UnsupportedError
-from vse.scenario_load import load_scenario
+from vse.orchestration.scenario_check import load_scenario
 from vse.server import preflight, whatif
 from vse.server.process import ServerConfig
 

@@ -19,7 +19,7 @@ from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
 from vse.scenario import ARMS, Scenario
-from vse.scenario_load import parse_override, set_path
+from vse.scenario.load import parse_override, set_path
 from vse.stats import estimate, metrics
 from vse.stats import telemetry as gpu_telemetry
 from vse.stats.metrics import repeat_metrics

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vse import sweep
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
 from vse.analysis.verdict import (
@@ -25,7 +24,7 @@ from vse.analysis.verdict import (
 from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources as models
-from vse.rundir import seal
+from vse.rundir import seal, sweep_points
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
@@ -117,7 +116,7 @@ def analyze(
     own = layout.gemm_result
     gemm_path = gemm_file if gemm_file is not None else own if own.is_file() else None
     results, points = _sweep_points(run_dir, s, results, gate_alpha, gemm_path)
-    code = sweep.worst_exit([exit_code_for(run.get("status"), results)] + [p.exit_code for _, p in points])
+    code = sweep_points.worst_exit([exit_code_for(run.get("status"), results)] + [p.exit_code for _, p in points])
     out = Analysis(
         run_dir=run_dir,
         run=run,
@@ -329,12 +328,12 @@ def _status_notes(run_dir: Path, run: dict[str, Any], s: Scenario, arms: dict[st
 def _sweep_points(
     run_dir: Path, s: Scenario, results: list[GateResult], gate_alpha: float, gemm_path: Path | None
 ) -> tuple[list[GateResult], list[tuple[str, Analysis]]]:
-    """A load sweep's points are run directories of their own (eval/vse/sweep.py), each with its
+    """A load sweep's points are run directories of their own (eval/vse/rundir/sweep_points.py), each with its
     verdict and the run's GEMM timings (what the kernels alone predict at each load is the sweep's
     "why"). The sweep's FAILs are Holm-corrected across all of its points."""
     points = [
         (label, analyze(d, gemm_file=gemm_path))
-        for label, d in sweep.point_dirs(run_dir, s)
+        for label, d in sweep_points.point_dirs(run_dir, s)
         if RunDir(d).run_json.is_file()
     ]
     if not points:

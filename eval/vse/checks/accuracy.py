@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +27,12 @@ from vse.errors import SuiteError
 from vse.paths import SHIPPED_GSM8K
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import ACCURACY_RESULT, ArmDir
+from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec
 
 
 class AccuracyError(SuiteError):
     pass
-
-
-@dataclass
-class AccuracyResult:
-    """Scores keyed "task/metric,filter" with their standard errors, from lm-eval's JSON."""
-
-    scores: dict[str, float] = field(default_factory=dict)
-    stderrs: dict[str, float] = field(default_factory=dict)
-    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # task -> original/effective
-    versions: dict[str, Any] = field(default_factory=dict)
-    num_fewshot: dict[str, Any] = field(default_factory=dict)
-    table: str = ""
-    raw_path: str = ""
-    # "task/metric,filter" -> {question id: 1 right, 0 wrong}, from lm-eval's logged samples:
-    # both arms answer the same questions, so the comparison can be paired.
-    per_question: dict[str, dict[str, int]] = field(default_factory=dict)
-    subset: str = ""  # how the questions were chosen when limit is set
 
 
 def _lm_eval_task_yaml(task: str) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 RECORD_VERSION = 1
 
@@ -161,3 +161,20 @@ def _checked(r: RequestRecord) -> RequestRecord:
     if len(r.chunk_tokens) not in (0, len(c)) or any(not isinstance(t, int) or t < 0 for t in r.chunk_tokens):
         raise ValueError("chunk_tokens does not match chunk_ns")
     return r
+
+
+@dataclass
+class AccuracyResult:
+    """Scores keyed "task/metric,filter" with their standard errors, from lm-eval's JSON."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    stderrs: dict[str, float] = field(default_factory=dict)
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # task -> original/effective
+    versions: dict[str, Any] = field(default_factory=dict)
+    num_fewshot: dict[str, Any] = field(default_factory=dict)
+    table: str = ""
+    raw_path: str = ""
+    # "task/metric,filter" -> {question id: 1 right, 0 wrong}, from lm-eval's logged samples:
+    # both arms answer the same questions, so the comparison can be paired.
+    per_question: dict[str, dict[str, int]] = field(default_factory=dict)
+    subset: str = ""  # how the questions were chosen when limit is set

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import ParamSpec
 
-from vse.checks.accuracy import AccuracyResult
+from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec, GateFamily, GatesSpec
 from vse.stats import proportions as prop
 from vse.stats.decide import GateInput, Outcome, decide, holm

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from vse.backends import Backend
-from vse.scenario_serving import (  # noqa: F401 (re-exported: the schema's one import place)
+from vse.scenario.serving import (  # noqa: F401 (re-exported: the schema's one import place)
     DEFAULT_CACHE,
     Architecture,
     Builtin,

@@ -3,8 +3,6 @@ schema in scenario.py, and one-line errors naming the file, the key path and the
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
 import os
 import re
 from collections.abc import Sequence
@@ -74,7 +72,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Sequence[str] = ()) -> Scenario:
+def read_scenario(path: str | Path, *, backend: str | None = None, overrides: Sequence[str] = ()) -> Scenario:
     """Load, override and validate a scenario; raise ScenarioError with one line on any problem."""
     path = scenario_path(path)
     data = _read(path)
@@ -90,7 +88,6 @@ def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
     scenario = _validate(path, data)
     _check_files(path, scenario)
     _check_sweep(path, scenario)
-    _check_names(path, scenario)
     return scenario
 
 
@@ -142,48 +139,6 @@ def _validate(path: Path, data: dict[str, Any]) -> Scenario:
             msg = "unknown key"
         where = f"{_loc(err['loc'])}: " if err["loc"] else ""
         raise ScenarioError(f"{path}: {where}{msg}{more}") from None
-
-
-def _lm_eval_task_exists(task: str) -> bool:
-    """lm-eval's task YAMLs, found without importing lm-eval (seconds): tasks/**/<task>.yaml or a
-    folder of that name."""
-    spec = importlib.util.find_spec("lm_eval")
-    if spec is None or not spec.submodule_search_locations:
-        return True  # no lm-eval here to check against: the accuracy step will say so
-    tasks = Path(next(iter(spec.submodule_search_locations))) / "tasks"
-    return (tasks / task).is_dir() or any(tasks.rglob(f"{task}.yaml"))
-
-
-def _check_names(path: Path, s: Scenario) -> None:
-    """Free-form names must name something that exists: a typo in a per-task limit ran gsm8k
-    unlimited (1,319 questions per arm, hours on a CPU); a gated metric's typo failed the run late."""
-    from vse.checks.small_tasks import TASKS
-    from vse.stats.registry import metric_defs
-
-    known = {m.key for m in metric_defs(s.workload.percentiles, s.workload.goodput is not None, energy=True)}
-    for i, g in enumerate(s.gates.performance):
-        if g.metric not in known:
-            near = difflib.get_close_matches(g.metric, known, n=1)
-            raise ScenarioError(
-                f"{path}: gates.performance.{i}.metric: unknown metric {g.metric!r}"
-                + (f" (did you mean {near[0]!r}?)" if near else "")
-            )
-    a = s.accuracy
-    if not a.enabled:
-        return
-    for t in a.tasks:
-        if t not in TASKS and not _lm_eval_task_exists(t):
-            raise ScenarioError(
-                f"{path}: accuracy.tasks: {t!r} is neither an lm-eval task nor one of the suite's ({', '.join(TASKS)})"
-            )
-    if isinstance(a.limit, dict) and (extra := sorted(set(a.limit) - set(a.tasks))):
-        raise ScenarioError(f"{path}: accuracy.limit: {extra[0]!r} is not in accuracy.tasks ({', '.join(a.tasks)})")
-    unlimited = [t for t in a.tasks if t not in TASKS and a.limit_for(t) is None]
-    if s.server.device.value == "cpu" and unlimited:
-        raise ScenarioError(
-            f"{path}: accuracy: {unlimited[0]} has no limit and would run every question on a CPU "
-            f"server (hours): set accuracy.limit, e.g. {{{unlimited[0]}: 16}}"
-        )
 
 
 def _check_sweep(path: Path, s: Scenario) -> None:

@@ -14,16 +14,16 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from vse import reuse, sweep
 from vse.analysis import analyze
-from vse.compare_checks import ArmChecks
 from vse.errors import ServerError, SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint
 from vse.models import sources as models
+from vse.orchestration import reuse
+from vse.orchestration.arm_checks import ArmChecks, log_line
 from vse.redaction import redact, secret_values
-from vse.rundir import seal
+from vse.rundir import seal, sweep_points
 from vse.rundir import state as run_state
 from vse.rundir.files import RunStatus, capture_environment, file_sha256, machine_id, new_run_dir, read_json, write_json
 from vse.rundir.layout import REPORTS, RunDir
@@ -74,19 +74,10 @@ class Orchestrator:
         self.prompt_shas: dict[int, str] = {}
         self.server_count = 0  # the next server start's number: execute() sets it once the run's arms are in place
         self.machine = machine_id()  # recorded with every server start: a RESUME may land on another machine
-        self.checks = ArmChecks(
-            s,
-            run_dir,
-            self.status,
-            self.console,
-            start_server=self.start_server,
-            prompts_for=self.prompts_for,
-            log=self.log,
-            starts_done=self.starts_done,
-        )
+        self.checks = ArmChecks(s, run_dir, self.status, self.console)
 
     def log(self, msg: str) -> None:
-        self.console.print(f"[bold cyan]>[/] {msg}")
+        log_line(self.console, msg)
 
     # -- phases -------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -210,10 +201,10 @@ class Orchestrator:
         self, arm: str, srv: VllmServer, k: int, first_on_server: bool, start: int, point: float | None = None
     ) -> None:
         w = getattr(self.s.arms, arm).workload(
-            self.s.workload if point is None else sweep.point_scenario(self.s, point).workload
+            self.s.workload if point is None else sweep_points.point_scenario(self.s, point).workload
         )
-        out = self.run_dir if point is None else sweep.prepare(self.run_dir, self.s, point)
-        where = "" if point is None else f" at {sweep.point_label(self.s, point)}"
+        out = self.run_dir if point is None else sweep_points.prepare(self.run_dir, self.s, point)
+        where = "" if point is None else f" at {sweep_points.point_label(self.s, point)}"
         prompts = self.prompts_for(k)
         # Warm up once per server start: its first requests are the slow ones (compilation and
         # caches warming; docs/measurements.md).
@@ -280,10 +271,45 @@ class Orchestrator:
                     )
             if with_checks:
                 self.checks.accuracy(arm, srv)
-                self.checks.agreement(arm, srv)
+                self.checks.agreement(arm, srv, self.score_texts())
         finally:
             self.status.phase("stop server", arm=arm)
             srv.stop()
+
+    def score_texts(self) -> list[str]:
+        """The texts scored teacher-forced for fidelity: run 0's first prompts."""
+        return [p.text for p in self.prompts_for(0)[: self.s.agreement.score_texts]]
+
+    def checks_start(self, arm: str) -> None:
+        """A server start for the checks alone: the reference's one start, or an arm whose checks an
+        interrupted call lost (on RESUME; the starts it measured stay as they were)."""
+        srv = self.start_server(arm)
+        try:
+            if arm != "reference":
+                self.checks.accuracy(arm, srv)
+            self.checks.agreement(arm, srv, self.score_texts())
+        finally:
+            srv.stop()
+
+    def make_up_checks(self) -> list[tuple[str, float]]:
+        """Checks missing after an earlier call: the reference first (one that cannot start ends the run
+        before anything is measured); then each arm that measured a start but was stopped before its
+        checks (a device call's time limit hit during the candidate's agreement probe, say), or
+        that was reused from a run that did not make the checks this scenario gates on (agreement
+        off there: the gate FAILed for want of data). Returns (arm, seconds) as the next measured
+        start's estimate: this start plus its runs."""
+        made = []
+        if not run_state.checks_saved(self.run_dir, self.s, "reference"):  # only with agreement.reference
+            self.checks_start("reference")
+        for arm in ARMS:
+            if self.starts_done(arm) and not run_state.checks_saved(self.run_dir, self.s, arm):
+                self.log(f"{arm}: its checks were not saved by the call that measured it: one server start for them")
+                t = time.monotonic()
+                self.checks_start(arm)
+                made.append(
+                    (arm, time.monotonic() - t + run_state.mean_run_s(self.run_dir, arm) * self.s.workload.repeats)
+                )
+        return made
 
     def reuse_arm(self, arm: str, src_run: Path) -> None:
         seal.copy_arm(Path(src_run), self.run_dir, arm)
@@ -350,7 +376,7 @@ class Orchestrator:
         self.server_count = run_state.next_server(self.run_dir)  # after a resumed run's or a reused arm's servers
         rs = self.s.run
         t0 = time.monotonic()
-        per_start = self.checks.make_up_checks()
+        per_start = self.make_up_checks()
         # A reused arm's starts count as made (starts_done); the plan adds more of it when a look
         # needs them, or it could never look again: 3 + 4 is no look of the plan.
         todo = self.plan(rs.max_server_starts or rs.server_starts)
@@ -406,4 +432,4 @@ def run_compare(s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
             raise
         orch.status.finish("complete")
     finally:  # each load point gets the run's final status, however the run ended
-        sweep.sync(run_dir, s)
+        sweep_points.sync(run_dir, s)

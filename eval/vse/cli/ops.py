@@ -1,5 +1,5 @@
 """The operations commands (`vse history`, `trend`, `qualify`, `calibrate`, `setup`, `check`): the nightly's and the
-release's; eval/vse/cli.py holds the parser and the run commands."""
+release's; eval/vse/cli/__init__.py holds the parser and the run commands."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def cmd_trend(args) -> int:
 def cmd_calibrate(args) -> int:
     from datetime import datetime, timezone
 
-    from vse import calibrate
+    from vse.orchestration import calibrate
 
     out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-calibrate"
     out.mkdir(parents=True, exist_ok=True)
@@ -178,7 +178,7 @@ def cmd_calibrate(args) -> int:
 def cmd_qualify(args) -> int:
     from datetime import datetime, timezone
 
-    from vse import qualify
+    from vse.orchestration import qualify
 
     suite = qualify.load_suite(args.suite)
     if args.emit_pipeline:  # | buildkite-agent pipeline upload
@@ -223,7 +223,7 @@ def cmd_setup(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from vse.scenario_load import load_scenario
+    from vse.orchestration.scenario_check import load_scenario
     from vse.server import preflight
 
     s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)

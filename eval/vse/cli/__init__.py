@@ -18,15 +18,15 @@ from pathlib import Path
 
 from vse import __version__
 from vse.backends import FP8_KERNEL_BACKENDS
-from vse.cli_compare import cmd_compare, report_run
-from vse.cli_ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
+from vse.cli.compare import cmd_compare, report_run
+from vse.cli.ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
+from vse.orchestration.scenario_check import load_scenario
 from vse.rundir import packed
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import HISTORY_DB, REPORTS, ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
-from vse.scenario_load import load_scenario
 from vse.server import process as server
 
 
@@ -347,7 +347,3 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The `vse` console command (pyproject's [project.scripts])."""
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    entry()

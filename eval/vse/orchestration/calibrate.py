@@ -22,9 +22,9 @@ from typing import Callable
 from vse.analysis import analyze, first_wave
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
+from vse.orchestration.scenario_check import load_scenario
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import CALIBRATION_JSON, CALIBRATION_MD
-from vse.scenario_load import load_scenario
 from vse.stats import calibration as cal
 
 

@@ -1,4 +1,4 @@
-"""`vse compare`: refusals in seconds, the setup, the run, and how it ended (eval/vse/compare.py
+"""`vse compare`: refusals in seconds, the setup, the run, and how it ended (eval/vse/orchestration/compare.py
 runs the comparison itself); the reports of a run, as `vse report` prints them too."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 
 from vse import report
 from vse.analysis import load_scenario_from_run
-from vse.cli_ops import console
+from vse.cli.ops import console
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.models import provision
+from vse.orchestration.scenario_check import load_scenario
 from vse.rundir import state as run_state
 from vse.rundir.files import planned_requests, read_json, write_json
 from vse.rundir.layout import RunDir
-from vse.scenario_load import load_scenario
 from vse.server import lock as device_lock
 from vse.server import preflight
 from vse.server import process as server
@@ -44,7 +44,7 @@ def report_run(
 
 
 def cmd_compare(args) -> int:
-    from vse.compare import CompareOptions, aa_scenario, run_compare, start_run
+    from vse.orchestration.compare import CompareOptions, aa_scenario, run_compare, start_run
 
     reuse = {k: Path(v) for k, v in (("baseline", args.base_run), ("candidate", args.cand_run)) if v}
     opts = CompareOptions(

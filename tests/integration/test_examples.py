@@ -298,10 +298,10 @@ def test_the_mde_projection_rebuilds_from_the_committed_runs():
 
 def test_the_h100_calibration_at_the_design_rebuilds_and_covers_its_truths(tmp_path):
     """reports/examples/h100-calibration-design/calibration.md: +0.21 ms decided at the first look of
-    the scenario's own design (3 + 3 x 2), every gate interval covering its truth; the A/A PASSes there
-too, in one sitting; +0.85 ms FAILs on
-    the decode gate, whose interval misses the planted truth by 0.09 points because the plant is not
-    delivered whole (the engine's own mean step grew by 0.818 ms): calibrate exits 1 and says so."""
+        the scenario's own design (3 + 3 x 2), every gate interval covering its truth; the A/A PASSes there
+    too, in one sitting; +0.85 ms FAILs on
+        the decode gate, whose interval misses the planted truth by 0.09 points because the plant is not
+        delivered whole (the engine's own mean step grew by 0.818 ms): calibrate exits 1 and says so."""
     cal = ROOT / "reports" / "examples" / "h100-calibration-design"
     code, path = calibrate(cal, ("plant-0.21ms", "aa", "plant-0.85ms"), tmp_path)
     assert code == 1
@@ -315,8 +315,14 @@ too, in one sitting; +0.85 ms FAILs on
     assert rows(new) == rows((cal / "calibration.md").read_text())
     assert "| plant-0.21ms | +0.21 ms per all step | mean_decode_first_wave_ms | gated | 5% | +1.56% | +1.53%" in new
     for run in ("plant-0.21ms", "aa"):  # both decided at the first look, the A/A in one sitting
-        assert f"| {run} | 3 to 6 per arm x 2 run(s) | 3 + 3 | look 1 of 4, every gate decided | ok (exit 0) | 19.1 |" in new
-    assert "| aa | none (A/A) | mean_decode_first_wave_ms | gated | 5% | +0.00% | -0.01% [-0.17%, +0.15%] | yes | pass |" in new
+        assert (
+            f"| {run} | 3 to 6 per arm x 2 run(s) | 3 + 3 | look 1 of 4, every gate decided | ok (exit 0) | 19.1 |"
+            in new
+        )
+    assert (
+        "| aa | none (A/A) | mean_decode_first_wave_ms | gated | 5% | +0.00% | -0.01% [-0.17%, +0.15%] | yes | pass |"
+        in new
+    )
 
 
 def test_the_real_models_gsm8k_table_passes_kernel_swaps_and_fails_a_planted_fault(tmp_path):

@@ -164,7 +164,11 @@ def test_a_sweep_is_a_fixed_design_and_its_points_measure_only_speed():
     assert p.workload.max_concurrency == 16 and isinstance(p.workload.max_concurrency, int)
     assert not p.accuracy.enabled and not p.agreement.enabled and p.run.sweep is None and not p.run.gemm_bench
     assert sweep_points.point_dir(Path("/r"), s, 2) == Path("/r/sweep/max_concurrency-2")
-    assert sweep_points.worst_exit([0, 3, 1]) == 1 and sweep_points.worst_exit([3, 2, 1]) == 2 and sweep_points.worst_exit([0, 3]) == 3
+    assert (
+        sweep_points.worst_exit([0, 3, 1]) == 1
+        and sweep_points.worst_exit([3, 2, 1]) == 2
+        and sweep_points.worst_exit([0, 3]) == 3
+    )
     # a point above num_prompts would measure num_prompts' concurrency under another label
     with pytest.raises(ScenarioError, match=r"max_concurrency=64 is more than workload.num_prompts \(32\)"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["run.sweep={key: max_concurrency, values: [2, 64]}"])

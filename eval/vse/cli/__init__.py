@@ -19,7 +19,7 @@ from pathlib import Path
 from vse import __version__
 from vse.backends import FP8_KERNEL_BACKENDS
 from vse.cli.compare import cmd_compare, report_run
-from vse.cli.ops import cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
+from vse.cli.ops import cmd_bisect, cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.orchestration.scenario_check import load_scenario
@@ -284,6 +284,17 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     ca.set_defaults(fn=cmd_calibrate)
 
 
+def _add_bisect(sub: argparse._SubParsersAction) -> None:
+    bi = sub.add_parser("bisect", help="the first build of an ordered list that FAILs against the good end")
+    _scenario_args(bi)
+    bi.add_argument("--builds", default="", help="YAML: builds: [{id, python | command, arm}], oldest first")
+    bi.add_argument("--good", default="", help="the known-good build's id (default: the first)")
+    bi.add_argument("--bad", default="", help="the known-bad build's id (default: the last)")
+    bi.add_argument("--resume", default="", help="a bisection folder to go on with (after a cancel or a budget)")
+    bi.add_argument("--reports", default=REPORTS, help="where the bisection's folder goes")
+    bi.set_defaults(fn=cmd_bisect)
+
+
 def _add_check(sub: argparse._SubParsersAction) -> None:
     ck = sub.add_parser("check", help="validate a scenario file")
     _scenario_args(ck)
@@ -307,6 +318,7 @@ def parser() -> argparse.ArgumentParser:
         _add_qualify,
         _add_setup,
         _add_calibrate,
+        _add_bisect,
         _add_check,
     ):
         add(sub)

@@ -13,6 +13,8 @@ from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
 from vse.rundir.layout import (
+    BISECT_JSON,
+    BISECT_MD,
     CALIBRATION_JSON,
     CALIBRATION_MD,
     QUALIFY_JSON,
@@ -172,6 +174,24 @@ def cmd_calibrate(args) -> int:
     code = calibrate.report(runs, out)
     print((out / CALIBRATION_MD).read_text())
     console.print(f"calibration: {out / CALIBRATION_MD}, {CALIBRATION_JSON} (exit {code})", highlight=False)
+    return code
+
+
+def cmd_bisect(args) -> int:
+    from vse.orchestration import bisect
+
+    if args.resume:
+        state, builds = bisect.resume_state(Path(args.resume))
+    elif not args.builds:
+        raise SuiteError("bisect: give --builds FILE (or --resume FOLDER)")
+    else:
+        state, builds = bisect.new_state(
+            args.scenario, args.builds, args.set, Path(args.reports), args.good or None, args.bad or None
+        )
+    code = bisect.run_bisect(state, builds, log=lambda m: console.print(m, highlight=False))
+    folder = Path(state["folder"])
+    print((folder / BISECT_MD).read_text())
+    console.print(f"bisection: {folder / BISECT_MD}, {BISECT_JSON} (exit {code})", highlight=False)
     return code
 
 

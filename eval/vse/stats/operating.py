@@ -67,33 +67,44 @@ def _verdict(outcomes: list[Outcome]) -> str:
     return "pass" if all(o is Outcome.PASS for o in outcomes) else "inconclusive"
 
 
+def one_comparison(models: list[GateModel], plan: Plan, rng: np.random.Generator) -> tuple[int, list]:
+    """One simulated comparison: the starts per arm where it stopped and its gate decisions."""
+    last = max(plan.last, plan.first)
+    max_starts = plan.last if plan.last > plan.first else None
+    draws = [
+        (
+            rng.normal(0.0, math.sqrt(m.var_start), last),
+            rng.normal(math.log1p(m.change), math.sqrt(m.var_start), last),
+        )
+        for m in models
+    ]
+    for k in range(plan.first, last + 1):
+        alpha = spent_alpha(plan.alpha, k, plan.first, max_starts)
+        inputs = [
+            GateInput(m.metric, _estimate(b[:k], c[:k]), m.higher_is_better, m.margin)
+            for m, (b, c) in zip(models, draws)
+        ]
+        decisions = decide(inputs, alpha, estimate_more=False)
+        if k == last or settled([d.outcome for d in decisions]):
+            break
+    return k, decisions
+
+
+def verdict(decisions: list) -> str:
+    """A comparison's verdict from its gate decisions: "fail", "pass" or "inconclusive"."""
+    return _verdict([d.outcome for d in decisions])
+
+
 def simulate(models: list[GateModel], plan: Plan, n: int = 2000, seed: int = 0) -> Characteristics:
     """Run the design n times on simulated start means; see the module docstring."""
     rng = np.random.default_rng(seed)
     gate_counts: dict[str, Counter] = {m.metric: Counter() for m in models}
     verdicts: Counter = Counter()
     stops: Counter = Counter()
-    last = max(plan.last, plan.first)
-    max_starts = plan.last if plan.last > plan.first else None
     for _ in range(n):
-        draws = [
-            (
-                rng.normal(0.0, math.sqrt(m.var_start), last),
-                rng.normal(math.log1p(m.change), math.sqrt(m.var_start), last),
-            )
-            for m in models
-        ]
-        for k in range(plan.first, last + 1):
-            alpha = spent_alpha(plan.alpha, k, plan.first, max_starts)
-            inputs = [
-                GateInput(m.metric, _estimate(b[:k], c[:k]), m.higher_is_better, m.margin)
-                for m, (b, c) in zip(models, draws)
-            ]
-            decisions = decide(inputs, alpha, estimate_more=False)
-            if k == last or settled([d.outcome for d in decisions]):
-                break
+        k, decisions = one_comparison(models, plan, rng)
         stops[k] += 1
-        verdicts[_verdict([d.outcome for d in decisions])] += 1
+        verdicts[verdict(decisions)] += 1
         for m, d in zip(models, decisions):
             gate_counts[m.metric][d.outcome.value] += 1
             worse = d.worse_low > 0  # the interval lies on the worse side of no change

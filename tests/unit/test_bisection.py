@@ -1,0 +1,190 @@
+"""vse bisect: the search (stats/bisection.py), what it can claim (by simulation with the suite's own
+decision rule), and the driver (orchestration/bisect.py) with a stand-in for `vse compare`: steps,
+skips, bisect.md, and a cancel resumed to the same answer."""
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from vse.errors import ScenarioError
+from vse.exitcodes import ExitCode
+from vse.orchestration import bisect
+from vse.scenario.builds import load_builds
+from vse.stats.bisection import Search, Verdict, error_bound, verdict_of
+from vse.stats.operating import GateModel, Plan, one_comparison, verdict
+
+
+def search_with(n: int, k: int, oracle, agents: int = 1) -> tuple[Search, int]:
+    """Bisect builds 0..n-1 (0 good, n-1 bad) with oracle(i) -> Verdict; returns the search and its rounds."""
+    s = Search(n, 0, n - 1)
+    rounds = 0
+    while pts := s.next_points(agents):
+        rounds += 1
+        for i in pts:
+            s.verdicts[i] = oracle(i)
+    return s, rounds
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 129])
+def test_an_exact_oracle_finds_every_first_bad_build_in_log2_steps(n):
+    for k in range(1, n):
+        s, steps = search_with(n, k, lambda i, k=k: Verdict.BAD if i >= k else Verdict.GOOD)
+        assert s.culprit() == k
+        assert steps <= math.ceil(math.log2(n - 1)) if n > 2 else steps == 0
+
+
+def test_k_agents_split_the_range_into_k_plus_one_parts_per_round():
+    """128 builds between the ends: one agent 7 steps; three agents test three points a round, and
+    each round leaves a quarter of the range: 4 rounds (log4 128 = 3.5)."""
+    for k in (1, 37, 64, 100, 128):
+        s1, r1 = search_with(129, k, lambda i, k=k: Verdict.BAD if i >= k else Verdict.GOOD)
+        s3, r3 = search_with(129, k, lambda i, k=k: Verdict.BAD if i >= k else Verdict.GOOD, agents=3)
+        assert s1.culprit() == s3.culprit() == k and r1 == 7 and r3 <= 4
+
+
+def test_a_skipped_neighbour_is_stepped_around_and_a_boundary_skip_leaves_a_range():
+    k = 6
+    oracle = lambda i: Verdict.SKIP if i == 4 else (Verdict.BAD if i >= k else Verdict.GOOD)
+    s, _ = search_with(16, k, oracle)
+    assert s.culprit() == k  # 4 was skipped, 5 decided instead
+    oracle = lambda i: Verdict.SKIP if i == k - 1 else (Verdict.BAD if i >= k else Verdict.GOOD)
+    s, _ = search_with(16, k, oracle)
+    assert s.culprit() is None and s.bounds() == (k - 2, k) and s.skipped_between() == [k - 1]
+
+
+def test_exit_codes_map_to_verdicts_and_the_bound_sums_the_decided_steps():
+    assert verdict_of(0) is Verdict.GOOD and verdict_of(1) is Verdict.BAD
+    assert {verdict_of(c) for c in (2, 3, 4, 137)} == {Verdict.SKIP}
+    assert error_bound([0.05] * 4) == pytest.approx(0.2) and error_bound([0.5] * 3) == 1.0
+    with pytest.raises(ValueError, match="must come before"):
+        Search(5, 3, 2)
+
+
+def simulated_bisections(n_builds, change, sd, trials, noisy=None, seed=0):
+    """Bisections of n_builds with one true step change (builds from k on, k uniform), every step a
+    simulated 2..4-start comparison decided by the suite's own rule (operating.one_comparison)."""
+    rng = np.random.default_rng(seed)
+    plan = Plan(first=2, last=4, alpha=0.05)
+    wrong = ranges = steps = 0
+    for _ in range(trials):
+        k = int(rng.integers(1, n_builds))
+
+        def oracle(i, k=k):
+            s = sd * (8 if i == noisy else 1)
+            m = GateModel("output_throughput", True, 0.05, s**2, -change if i >= k else 0.0)
+            return {"fail": Verdict.BAD, "pass": Verdict.GOOD}.get(
+                verdict(one_comparison([m], plan, rng)[1]), Verdict.SKIP
+            )
+
+        s, _ = search_with(n_builds, k, oracle)
+        steps += sum(v is not Verdict.SKIP for v in s.verdicts.values())
+        if s.culprit() is None:
+            lo, hi = s.bounds()
+            ranges += 1
+            wrong += not lo < k <= hi
+        else:
+            wrong += s.culprit() != k
+    return wrong / trials, ranges / trials, steps / trials
+
+
+def test_the_chance_of_a_wrong_answer_stays_under_the_stated_bound():
+    """16 builds, one true throughput loss from build k on, margin 5%, 2..4 starts per step. A clear
+    10% loss at 1% per-start sd: about log2 15 decided steps, the culprit named and right. A loss of
+    5.2%, just past the margin, at 0.5%: steps err, most answers are honest ranges, and the wrong
+    answers stay under the bound (alpha 0.05 times the decided steps, about 0.09 there)."""
+    p_wrong, p_range, mean_steps = simulated_bisections(16, 0.10, 0.01, trials=400)
+    assert mean_steps <= 4.5 and p_wrong <= 0.01 and p_range <= 0.05, (p_wrong, p_range, mean_steps)
+    p_wrong, p_range, mean_steps = simulated_bisections(16, 0.052, 0.005, trials=400)
+    assert 0 < p_wrong <= error_bound([0.05] * round(mean_steps)), (p_wrong, mean_steps)
+    assert p_range > 0.5
+
+
+def test_a_noisy_build_is_skipped_and_the_answer_still_holds():
+    p_wrong, p_range, _ = simulated_bisections(16, 0.10, 0.005, trials=300, noisy=7)
+    assert p_wrong <= 0.02  # build 7 reads INCONCLUSIVE: skipped, never trusted
+    assert 0 < p_range < 0.2  # a range only where build 7 sits at the boundary (k = 7 or 8)
+
+
+# -- the driver, with a stand-in for `vse compare` ---------------------------------------------------
+
+
+def builds_file(tmp_path, n=8):
+    f = tmp_path / "builds.yaml"
+    f.write_text(json.dumps({"builds": [{"id": f"b{i}", "python": sys.executable} for i in range(n)]}))
+    return f
+
+
+class FakeCompare:
+    """Answers `vse compare` as a build's gates would: FAIL from build k on, INCONCLUSIVE for skip;
+    interrupt_at: raise KeyboardInterrupt at that call (a cancelled job)."""
+
+    def __init__(self, k, skip=(), interrupt_at=None):
+        self.k, self.skip, self.interrupt_at, self.calls = k, set(skip), interrupt_at, []
+
+    def __call__(self, argv):
+        self.calls.append(argv)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        cand = next(json.loads(a.split("=", 1)[1]) for a in argv if a.startswith("arms.candidate="))
+        i = int(cand["label"][1:])
+        return ExitCode.INCONCLUSIVE if i in self.skip else (ExitCode.GATE_FAILED if i >= self.k else ExitCode.OK)
+
+
+def test_the_driver_checks_the_bad_end_first_then_bisects_and_reports(tmp_path):
+    state, builds = bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, None, None)
+    fake = FakeCompare(k=5, skip={3})
+    assert bisect.run_bisect(state, builds, log=lambda m: None, runner=fake) == ExitCode.OK
+    tested = [
+        json.loads(next(a for a in c if a.startswith("arms.candidate=")).split("=", 1)[1])["label"] for c in fake.calls
+    ]
+    assert tested[0] == "b7" and state["answer"]["culprit"] == "b5"
+    assert "--base-run" not in fake.calls[0]  # the later steps reuse the first one's good-end starts
+    # both arms are the scenario's baseline arm, run by each build's own vLLM
+    base = json.loads(next(a for a in fake.calls[1] if a.startswith("arms.baseline=")).split("=", 1)[1])
+    assert base["label"] == "b0" and base["vllm"] == {"python": sys.executable}
+    md = (tmp_path / state["folder"] / "bisect.md").read_text()
+    assert "**CULPRIT: b5**" in md and "| b3 | skip | 3 |" in md
+    assert json.loads((tmp_path / state["folder"] / "bisect.json").read_text())["status"] == "done"
+
+
+def test_a_cancelled_bisection_resumes_to_the_same_answer(tmp_path):
+    state, builds = bisect.new_state(
+        "scenarios/cpu-smoke.yaml", str(builds_file(tmp_path, 16)), [], tmp_path, None, None
+    )
+    with pytest.raises(KeyboardInterrupt):
+        bisect.run_bisect(state, builds, log=lambda m: None, runner=FakeCompare(k=11, interrupt_at=3))
+    folder = state["folder"]
+    saved = json.loads((tmp_path / folder / "bisect.json").read_text())
+    assert len(saved["steps"]) == 2 and saved["pending"] is not None  # the cut step is named
+    state2, builds2 = bisect.resume_state(tmp_path / folder)
+    rest = FakeCompare(k=11)
+    assert bisect.run_bisect(state2, builds2, log=lambda m: None, runner=rest) == ExitCode.OK
+    assert state2["answer"]["culprit"] == "b11"
+    assert len(state2["steps"]) == 1 + math.ceil(math.log2(15))
+
+
+def test_ends_that_do_not_differ_are_not_bisected(tmp_path):
+    state, builds = bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, None, None)
+    fake = FakeCompare(k=99)
+    assert bisect.run_bisect(state, builds, log=lambda m: None, runner=fake) == ExitCode.INCONCLUSIVE
+    assert len(fake.calls) == 1 and "NOTHING TO BISECT" in (tmp_path / state["folder"] / "bisect.md").read_text()
+
+
+def test_a_bad_builds_file_is_one_line(tmp_path):
+    f = tmp_path / "b.yaml"
+    for text, msg in (
+        ("builds: [{id: a, python: x}]", "at least 2"),
+        ("builds: [{id: a, python: x}, {id: a, python: y}]", "build ids repeat: a"),
+        ("builds: [{id: a}, {id: b, python: y}]", "exactly one of python, command"),
+        ("builds: [{id: a, python: x, arm: {label: z}}, {id: b, python: y}]", "label and vllm come from the build"),
+    ):
+        f.write_text(text)
+        with pytest.raises(ScenarioError, match=msg):
+            load_builds(f)
+    with pytest.raises(ScenarioError, match="no build 'zz'"):
+        bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, "zz", None)
+    assert (ROOT / "scenarios" / "cpu-smoke.yaml").is_file()

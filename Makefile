@@ -38,7 +38,7 @@ export SET
 bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): use 1, 0, true or false),$(filter 1 true,$($(1)))))
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
-.PHONY: compare report gemm-bench history trend qualify calibrate test test-unit test-integration lint setup lock \
+.PHONY: compare report gemm-bench history trend qualify calibrate bisect test test-unit test-integration lint setup lock \
 	setup-gpu-carry check clean-venv examples-raw locks mutate
 
 # The suite's environment from the lock (requirements.lock: every package pinned, for Python
@@ -97,6 +97,15 @@ SHARE_BASELINE ?=
 calibrate: $(SUITE_ENV)
 	$(PY) -m vse.cli calibrate --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa) \
 		$(if $(call bool,SHARE_BASELINE),--share-baseline)
+
+# The first build of an ordered list (BUILDS: a YAML file) that FAILs against the good end (docs/bisect.md);
+# RESUME=<bisection folder> goes on after a cancel.
+BUILDS ?=
+GOOD ?=
+BAD ?=
+bisect: $(SUITE_ENV)
+	$(PY) -m vse.cli bisect --scenario $(SCENARIO) --sets "$$SET" $(if $(RESUME),--resume $(RESUME),--builds $(BUILDS)) \
+		$(if $(GOOD),--good $(GOOD)) $(if $(BAD),--bad $(BAD))
 
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release

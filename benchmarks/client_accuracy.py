@@ -163,8 +163,10 @@ def main() -> None:
         for conc in a.concurrency:
             n = max(4, conc) if conc > 1 else 4
             clients = {
-                "suite client": lambda: run_ours(base, n, conc, a.output_tokens),
-                "vllm bench serve": lambda: run_vllm(base, n, conc, a.output_tokens, a.vllm_python, a.tokenizer),
+                "suite client": lambda n=n, conc=conc: run_ours(base, n, conc, a.output_tokens),
+                "vllm bench serve": lambda n=n, conc=conc: run_vllm(
+                    base, n, conc, a.output_tokens, a.vllm_python, a.tokenizer
+                ),
             }
             errs: dict[str, list[np.ndarray]] = {name: [] for name in clients}
             for r in range(a.rounds):

@@ -183,7 +183,7 @@ def main() -> None:
                 print(f"time budget reached: {k} pair(s) run", flush=True)
                 break
 
-            def ours() -> None:
+            def ours(k: int = k) -> None:
                 res = run_repeat(
                     Target(srv.url, s.model.served_name),
                     RunPrompts(prompts[: w.num_prompts], sha, m.tokenizer, warmup=prompts[w.num_prompts :]),
@@ -195,7 +195,7 @@ def main() -> None:
                 rows["suite client"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(metrics.vllm_block(got, w.percentiles), flush=True)
 
-            def theirs() -> None:
+            def theirs(k: int = k) -> None:
                 before = server_metrics.scrape(srv.url)  # includes vllm bench's warm-up: see the note in the table
                 got = vllm_bench(
                     python,

@@ -486,7 +486,7 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
     res = json.loads((run / "results.json").read_text())
     points = {p["point"]: p for p in res["sweep"]}
     assert list(points) == ["max_concurrency=8 (the scenario's)", "max_concurrency=2"]
-    for label, p in points.items():
+    for p in points.values():
         assert p["metrics"]["output_throughput"]["baseline"] > 0
         assert [g["outcome"] for g in p["gates"] if g["metric"] == "output_throughput"] in (["pass"], ["inconclusive"])
     # each point is a run directory of its own, with its own records (fresh prompts) and reports

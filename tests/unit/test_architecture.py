@@ -94,7 +94,7 @@ def test_the_layer_list_is_read_from_the_doc_and_names_every_package_and_root_mo
     here = {f.stem for f in PKG.glob("*.py") if f.stem != "__init__"} | {
         d.name for d in PKG.iterdir() if (d / "__init__.py").is_file()
     }
-    assert len(doc_layers()) >= 8 and "vse" in LAYERS and "cli" == LAYERS[-1]
+    assert len(doc_layers()) >= 8 and "vse" in LAYERS and LAYERS[-1] == "cli"
     assert here - set(LAYERS) == set(), "in docs/architecture.md's layer list"
     assert set(LAYERS) - here - {"vse"} == set(), "listed in docs/architecture.md, not in eval/vse"
 

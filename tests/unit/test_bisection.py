@@ -95,7 +95,7 @@ def test_the_chance_of_a_wrong_answer_stays_under_the_stated_bound():
     """16 builds, one true throughput loss from build k on, margin 5%, 2..4 starts per step. A clear
     10% loss at 1% per-start sd: about log2 15 decided steps, the culprit named and right. A loss of
     5.2%, just past the margin, at 0.5%: steps err, most answers are honest ranges, and the wrong
-    answers stay under the bound (alpha 0.05 times the decided steps, about 0.09 there)."""
+    answers stay under the bound (alpha 0.05 times the decided steps, about 0.10 there)."""
     p_wrong, p_range, mean_steps = simulated_bisections(16, 0.10, 0.01, trials=400)
     assert mean_steps <= 4.5 and p_wrong <= 0.01 and p_range <= 0.05, (p_wrong, p_range, mean_steps)
     p_wrong, p_range, mean_steps = simulated_bisections(16, 0.052, 0.005, trials=400)

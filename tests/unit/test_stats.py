@@ -314,3 +314,18 @@ def test_the_fast_t_functions_are_scipys_bit_for_bit():
     for df in dfs:
         assert all(same(t_quantile(q, df), float(sps.t.ppf(q, df))) for q in (0.5, 0.975, 0.9875, 0.995))
         assert all(same(t_sf(x, df), float(sps.t.sf(x, df))) for x in (-3.0, -0.1, 0.0, 0.7, 5.0, 40.0))
+
+
+def test_a_metric_key_is_defined_once_and_a_repeated_percentile_is_refused():
+    """workload.percentiles [99, 99.0] would make p99_ttft_ms twice (twice in summary.md, results.json
+    and the CSV): the scenario refuses it in one line, and the registry refuses any key defined twice."""
+    from vse.errors import ScenarioError
+    from vse.orchestration.scenario_check import load_scenario
+    from vse.stats.registry import metric_defs
+
+    keys = [m.key for m in metric_defs([90, 99.9], goodput=True, energy=True)]
+    assert len(keys) == len(set(keys)) and "p99.9_ttft_ms" in keys and "p90_e2el_ms" in keys
+    with pytest.raises(ValueError, match="metric keys defined twice: p99_e2el_ms"):
+        metric_defs([99, 99.0], goodput=False)
+    with pytest.raises(ScenarioError, match="percentile 99 is listed twice"):
+        load_scenario("scenarios/cpu-smoke.yaml", overrides=["workload.percentiles=[90, 99, 99.0]"])

@@ -4,7 +4,7 @@ accuracy and agreement records. Reads raw data only."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from vse.errors import DamagedRunError, SuiteError
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
+from vse.rundir.records import RequestRecord
 from vse.scenario import ARMS, Scenario
 from vse.scenario.load import parse_override, set_path
 from vse.stats import estimate, metrics
@@ -60,7 +61,7 @@ class ArmAnalysis:
 _ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "errors")
 
 
-def _good_fn(s: Scenario):
+def _good_fn(s: Scenario) -> Callable[[RequestRecord], bool] | None:
     g = s.workload.goodput
     if g is None:
         return None

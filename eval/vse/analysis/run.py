@@ -58,7 +58,7 @@ class Analysis:
     gemm_source: str = "same run"  # or the gemm.json given to `make report GEMM=...`
     gemm_prediction: gemm_predict.Prediction | None = None  # what those kernel timings alone predict
     gemm_prediction_note: str = ""  # why there is no prediction
-    sweep: list[tuple[str, "Analysis"]] = field(default_factory=list)  # (point label, its analysis)
+    sweep: list[tuple[str, Analysis]] = field(default_factory=list)  # (point label, its analysis)
 
     @property
     def complete(self) -> bool:

@@ -100,7 +100,8 @@ def time_one(fn, m: int, k: int, n: int, calls: int, replays: int) -> dict:
 
 
 def main(plan_path: str, out_path: str) -> int:
-    plan = json.load(open(plan_path))
+    with open(plan_path) as f:
+        plan = json.load(f)
     if not torch.cuda.is_available():
         print("gemm-bench: no CUDA GPU visible to this Python: nothing to time", file=sys.stderr)
         return 4
@@ -141,7 +142,8 @@ def main(plan_path: str, out_path: str) -> int:
             r = time_one(fn, size, size, size, calls=4, replays=30)
             res["ceiling"].append({"backend": b, "size": size, **r})
     res["seconds"] = time.monotonic() - t0
-    json.dump(res, open(out_path, "w"), indent=1)
+    with open(out_path, "w") as f:
+        json.dump(res, f, indent=1)
     return 0
 
 

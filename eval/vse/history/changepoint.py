@@ -111,7 +111,7 @@ def refine(x: np.ndarray, cuts: list[int], reach: int = 2) -> list[int]:
     out = []
     for j, c in enumerate(cuts):
         lo, hi = (cuts[j - 1] if j else 0), (cuts[j + 1] if j + 1 < len(cuts) else len(x))
-        cost = lambda k: lx[lo:k].var() * (k - lo) + lx[k:hi].var() * (hi - k)
+        cost = lambda k, lo=lo, hi=hi: lx[lo:k].var() * (k - lo) + lx[k:hi].var() * (hi - k)
         span = range(max(lo + 2, c - reach), min(hi - 1, c + reach + 1))
         out.append(min(span, key=cost) if len(span) else c)
     return out

@@ -16,9 +16,10 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlalchemy as sa
 

@@ -4,11 +4,10 @@ again, and write the raw records and their settings to the run directory."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from vse.errors import ServerError
 from vse.loadgen.client import RequestParams

@@ -102,7 +102,7 @@ class GpuSampler:
         self.proc: subprocess.Popen | None = None
         self.telemetry: Telemetry | None = None
 
-    def __enter__(self) -> "GpuSampler":
+    def __enter__(self) -> GpuSampler:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
         from vse.server.process import die_with_parent  # here, not at the top: the sampler process needs none of it

@@ -6,12 +6,13 @@ processes when one event loop cannot keep up."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 
@@ -69,10 +70,8 @@ class _LagMonitor:
     async def stop(self) -> dict[str, float]:
         if self._task:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         if not self.lags:
             return {}
         a = np.asarray(self.lags)

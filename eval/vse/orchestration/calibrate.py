@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from vse.analysis import analyze, first_wave
 from vse.errors import SuiteError

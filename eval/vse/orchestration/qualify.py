@@ -182,7 +182,7 @@ def demote_unsupported_fails(results: list[dict]) -> None:
         if g.get("family") == GateFamily.PERFORMANCE.value and g.get("p_fail") is not None
     ]
     stands = standing_fails([(g["p_fail"], results[i]["gate_alpha"]) for i, g in tests])
-    for (i, g), ok in zip(tests, stands):
+    for (_, g), ok in zip(tests, stands):
         g["release_stands"] = ok
     for r in results:
         fails = [g for g in r.get("gates", []) if g.get("outcome") == "fail"]

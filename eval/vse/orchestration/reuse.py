@@ -3,8 +3,8 @@ prompts, the same workload, the backend asked for. Checked before any server sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from vse.errors import SuiteError
 from vse.loadgen.datasets import Prompt, load_prompts

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vse.rundir.layout import RunDir
+from vse.scenario import Scenario
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -202,13 +203,13 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
     return env
 
 
-def planned_requests(s, starts: int) -> int:
+def planned_requests(s: Scenario, starts: int) -> int:
     """Requests a comparison of `starts` server starts per arm sends, warm-ups included, both arms."""
     w = s.workload
     return 2 * starts * w.repeats * (w.num_prompts + w.warmup_requests)
 
 
-def run_bytes_estimate(s) -> int:
+def run_bytes_estimate(s: Scenario) -> int:
     """What a run of this scenario writes, at most, give or take: per request about 17 bytes per
     output token in its records (a clock reading and a count per chunk) and 300 besides, for every
     run of every start the plan allows, both arms; the reports and logs on top."""

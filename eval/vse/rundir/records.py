@@ -8,9 +8,10 @@ process shares the machine's monotonic clock, so records from several processes 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 RECORD_VERSION = 1
 

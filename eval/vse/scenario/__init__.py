@@ -47,7 +47,7 @@ class PlantedSlowdown(Strict):
     steps: Literal["all", "prefill", "decode"] = "all"
 
     @model_validator(mode="after")
-    def _some_work(self) -> "PlantedSlowdown":
+    def _some_work(self) -> PlantedSlowdown:
         if not (self.gpu_ms_per_step or self.cpu_ms_per_step):
             raise ValueError("planted_slowdown needs gpu_ms_per_step or cpu_ms_per_step above 0")
         return self
@@ -73,12 +73,12 @@ class ArmSpec(Strict):
     # asking for the server's token count on every chunk and one not, measures what asking costs.
     usage_per_chunk: bool | None = None
 
-    def workload(self, w: "WorkloadSpec") -> "WorkloadSpec":
+    def workload(self, w: WorkloadSpec) -> WorkloadSpec:
         """The workload this arm's runs send: the scenario's, with this arm's own settings."""
         return w if self.usage_per_chunk is None else w.model_copy(update={"usage_per_chunk": self.usage_per_chunk})
 
     @model_validator(mode="after")
-    def _whatif(self) -> "ArmSpec":
+    def _whatif(self) -> ArmSpec:
         for key, on in (("whatif", self.whatif), ("flashinfer_autotune", self.flashinfer_autotune is not None)):
             if on and self.backend != Backend.FLASHINFER:
                 raise ValueError(f"{key} is only for backend flashinfer (this arm: {self.backend.value})")
@@ -128,7 +128,7 @@ class DatasetSpec(Strict):
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
-    def _path(self) -> "DatasetSpec":
+    def _path(self) -> DatasetSpec:
         if self.kind != DatasetKind.RANDOM and not self.path:
             raise ValueError(f"dataset kind {self.kind.value} needs a path")
         return self
@@ -171,6 +171,8 @@ class WorkloadSpec(Strict):
         for p in v:
             if not 0 < p < 100:
                 raise ValueError(f"percentile {p} is not between 0 and 100")
+        if len(set(v)) < len(v):  # 99 and 99.0 are one metric key (p99_...): listed twice, shown twice
+            raise ValueError(f"percentile {next(p for p in v if v.count(p) > 1):g} is listed twice")
         return v
 
 
@@ -274,7 +276,7 @@ class RunSpec(Strict):
     sweep: SweepSpec | None = None
 
     @model_validator(mode="after")
-    def _max(self) -> "RunSpec":
+    def _max(self) -> RunSpec:
         if self.sweep is not None and self.max_server_starts is not None:
             raise ValueError("sweep and max_server_starts do not combine: a sweep is a fixed design")
         if self.max_server_starts is not None and self.max_server_starts < self.server_starts:
@@ -320,7 +322,7 @@ class Scenario(Strict):
                 raise ValueError(f"gates.performance: {FIRST_WAVE_DECODE} needs " + "; ".join(needs))
 
     @model_validator(mode="after")
-    def _possible(self) -> "Scenario":
+    def _possible(self) -> Scenario:
         w, s = self.workload, self.server
         if s.max_model_len and w.dataset.kind == DatasetKind.RANDOM:
             need = (

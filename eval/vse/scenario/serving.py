@@ -64,7 +64,7 @@ class ModelSpec(Strict):
     quantization: Literal["none", "fp8-static"] = "none"
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ModelSpec":
+    def _one_source(self) -> ModelSpec:
         given = [k for k in ("id", "builtin", "generate") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of id, builtin, generate (got {given or 'none'})")
@@ -116,7 +116,7 @@ class VllmInstall(Strict):
     command: list[str] | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "VllmInstall":
+    def _one(self) -> VllmInstall:
         if (self.python is None) == (self.command is None):
             raise ValueError("give exactly one of python, command")
         return self

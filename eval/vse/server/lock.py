@@ -11,6 +11,7 @@ and are created writable by all, so another user's comparison is refused too."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -49,10 +50,8 @@ class DeviceLock:
 
 def _open(path: Path) -> IO[str]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    with contextlib.suppress(PermissionError):  # created by another user: they set its mode
         os.fchmod(fd, 0o666)  # the umask's bits back: another user's comparison opens it too
-    except PermissionError:
-        pass  # created by another user: they set its mode
     return os.fdopen(fd, "r+")
 
 

@@ -82,15 +82,15 @@ def check_backends(scenario: Scenario, gpus: list[Gpu]) -> None:
         if arm.whatif:  # the suite's plugin lifts vLLM's gate down to what FlashInfer's GEMM runs on
             min_cc, why = (
                 whatif.MIN_CC,
-                f"the what-if FlashInfer arm needs compute capability {'%d.%d' % whatif.MIN_CC}+",
+                f"the what-if FlashInfer arm needs compute capability {whatif.MIN_CC[0]}.{whatif.MIN_CC[1]}+",
             )
-        need = "%d.%d" % min_cc
+        need = f"{min_cc[0]}.{min_cc[1]}"
         if scenario.server.device != Device.CUDA or not gpus:
             raise UnsupportedError(f"{arm_name} backend {arm.backend.value}: {why}; no NVIDIA GPU is visible here")
         low = [g for g in gpus if g.compute_capability < min_cc]
         if low:
             g = low[0]
-            have = "%d.%d" % g.compute_capability
+            have = f"{g.compute_capability[0]}.{g.compute_capability[1]}"
             hint = (
                 "; WHATIF=1 runs it anyway as a labelled what-if through the suite's plugin"
                 if arm.backend == backends.Backend.FLASHINFER

@@ -29,7 +29,7 @@ from vse.server.environment import inherited_env
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
 SAFE_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-_LIVE: set["VllmServer"] = set()
+_LIVE: set[VllmServer] = set()
 
 
 def health_ok(url: str, timeout_s: float) -> bool:
@@ -270,7 +270,7 @@ class VllmServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "VllmServer":
+    def start(self) -> VllmServer:
         self.host = self.cfg.server.host
         self.port = self.cfg.port or self.cfg.server.port or free_port(self.host)
         if not port_is_free(self.host, self.port):
@@ -281,7 +281,7 @@ class VllmServer:
             + self.cfg.args()
         )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 (the server writes to it for its whole life; stop() closes it)
         secrets = env_secrets(self.cfg.server.env, self.cfg.spec.env, api_key_env=self.cfg.server.api_key_env)
         log.write(("$ " + " ".join(redact(self.argv, secrets)) + "\n").encode())
         log.flush()
@@ -397,7 +397,7 @@ class VllmServer:
             time.sleep(0.1)
         _LIVE.discard(self)
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -406,11 +406,11 @@ class VllmServer:
     __hash__ = object.__hash__
 
 
-def live_servers() -> set["VllmServer"]:
+def live_servers() -> set[VllmServer]:
     return set(_LIVE)
 
 
-def stop_all(keep: AbstractSet["VllmServer"] = frozenset()) -> None:
+def stop_all(keep: AbstractSet[VllmServer] = frozenset()) -> None:
     """Stop every server this process started, except `keep` (servers that were running before a
     command began, when the CLI is called in-process, as tests do)."""
     for s in list(_LIVE - set(keep)):

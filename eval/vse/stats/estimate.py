@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import special

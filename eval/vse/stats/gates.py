@@ -288,7 +288,7 @@ def performance(
     gates: GatesSpec,
     alpha: float,
     undecidable: str | None = None,
-    alpha_at=None,
+    alpha_at: Callable[[int], float] | None = None,
     max_starts: int | None = None,
 ) -> list[GateResult]:
     """Non-inferiority per gated metric with Holm across them; alpha is this look's. `undecidable`

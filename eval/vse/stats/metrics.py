@@ -213,7 +213,7 @@ def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = Fa
     return "\n".join(L)
 
 
-def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput=None) -> dict[str, Any]:
+def repeat_metrics(r: RepeatResult, w_percentiles: list[float], goodput: Goodput | None = None) -> dict[str, Any]:
     m = r.meta
     rate = m.get("request_rate")
     return compute(r.records, w_percentiles, goodput, m.get("max_concurrency"), math.inf if rate is None else rate)

@@ -56,7 +56,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
         "mean_itl_token_ms": {"decode"},
     }
     for src, name in names.items():
-        stats_ = ["mean", "median"] + [f"p{int(p) if int(p) == p else p}" for p in percentiles if p != 50]
+        stats_ = ["mean", "median"] + [f"p{p:g}" for p in percentiles if p != 50]
         for st in stats_:
             label = {"mean": "Mean", "median": "Median"}.get(st, st.upper())
             key = f"{st}_{src}_ms"
@@ -98,4 +98,6 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     )
     if energy:  # only where NVML measured every run (a GPU)
         defs.append(ENERGY)
+    if dup := sorted({m.key for m in defs if [d.key for d in defs].count(m.key) > 1}):
+        raise ValueError(f"metric keys defined twice: {', '.join(dup)}")  # one key, one metric, one row
     return defs

@@ -98,7 +98,7 @@ class Telemetry:
         }
 
     @classmethod
-    def from_json(cls, d: dict | None) -> "Telemetry":
+    def from_json(cls, d: dict | None) -> Telemetry:
         if not d:
             return cls(TelemetryStatus.UNAVAILABLE, f"{NO_TELEMETRY}: not recorded")
         known = set(GpuSummary.__dataclass_fields__)  # a summary written by an older suite may differ

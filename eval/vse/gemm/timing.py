@@ -17,6 +17,7 @@ FlashInfer per-tensor kernel is SM100+)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -117,7 +118,7 @@ def main(plan_path: str, out_path: str) -> int:
     }
     for mod in ("vllm", "flashinfer"):
         try:
-            res["versions"][mod] = __import__(mod).__version__
+            res["versions"][mod] = importlib.import_module(mod).__version__  # vLLM's Python, not the suite's
         except Exception as e:
             res["versions"][mod] = f"unavailable: {type(e).__name__}"
     fns = {}

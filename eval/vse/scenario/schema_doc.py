@@ -4,6 +4,7 @@ cannot drift: every key path, its type and its default. `python -m vse.scenario.
 from __future__ import annotations
 
 import enum
+import types
 import typing
 from typing import Any
 
@@ -22,7 +23,7 @@ def _type(t: Any) -> str:
         return " \\| ".join(str(m.value) for m in t)
     if isinstance(t, type) and issubclass(t, BaseModel):
         return "mapping"
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return " or ".join(_type(a) for a in args if a is not type(None)) + (" or null" if type(None) in args else "")
     if origin in (list, dict):
         return f"{origin.__name__}[{', '.join(_type(a) for a in args)}]"

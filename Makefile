@@ -135,8 +135,9 @@ test: lint test-unit test-integration
 test-unit: $(SUITE_ENV)
 	$(PY) -m pytest -q -rs tests/unit
 
+# -v: each integration test is named as it starts (some run for minutes), its duration at the end
 test-integration: $(SUITE_ENV) setup
-	$(PY) -m pytest -q -rs --durations=25 tests/integration
+	$(PY) -m pytest -v -rs --durations=25 tests/integration
 
 # Mutation testing of the statistics core: each slip in tests/mutate.py must fail the unit tests
 # (about a minute per mutant the tests let live; the score is printed, exit 1 if one survives).

@@ -210,3 +210,29 @@ def test_every_nightly_and_release_step_runs_in_the_suites_image(name):
             assert "VSE_LOCK_DIR" in docker["environment"], step.get("key")
             mounted = [v.split(":")[1] for v in docker["volumes"]]
             assert any(env["VSE_LOCK_DIR"].startswith(m + "/") for m in mounted), (env["VSE_LOCK_DIR"], mounted)
+
+
+def gpu_docker_blocks() -> list[tuple[str, dict]]:
+    out = []
+    for path in PIPELINES:
+        for step in yaml.safe_load(path.read_text())["steps"]:
+            for plugin in step.get("plugins", []) if isinstance(step, dict) else []:
+                for name, cfg in plugin.items():
+                    if name.startswith("docker#") and cfg.get("gpus"):
+                        out.append((f"{path.name}: {step.get('label')}", {"name": name, **cfg}))
+    return out
+
+
+def test_every_gpu_step_runs_in_the_image_as_a_release_entry_does():
+    """The static pipelines' GPU steps and the release's emitted entries (qualify.in_image) are one
+    docker block: the same plugin version, image, mounts and flags, and at least the entries'
+    environment (the device lock's folder, the job id that keys each job's folders)."""
+    from vse.orchestration import qualify
+
+    ((name, want),) = qualify.in_image(gpus=True)[0].items()
+    blocks = gpu_docker_blocks()
+    assert len(blocks) >= 2
+    for where, got in blocks:
+        assert got.pop("name") == name, where
+        assert set(got.pop("environment")) >= set(want["environment"]), where
+        assert got == {k: v for k, v in want.items() if k != "environment"}, where

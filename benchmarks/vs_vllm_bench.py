@@ -30,10 +30,10 @@ from vse.cli import _sigterm
 from vse.errors import SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
-from vse.models import sources as models
+from vse.models import sources
 from vse.orchestration.scenario_check import load_scenario
 from vse.scenario import DEFAULT_CACHE
-from vse.server import metrics as server_metrics
+from vse.server import prometheus
 from vse.server.process import ServerConfig, VllmServer
 from vse.stats import metrics
 from vse.stats.metrics import repeat_metrics
@@ -150,7 +150,7 @@ def main() -> None:
     s = load_scenario(a.scenario, overrides=a.set)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    m = models.resolve(s.model, DEFAULT_CACHE, out / "model")
+    m = sources.resolve(s.model, DEFAULT_CACHE, out / "model")
     w = s.workload
     prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, m.tokenizer)
     sha = save_prompts(out / "prompts.jsonl", prompts)
@@ -196,7 +196,7 @@ def main() -> None:
                 print(metrics.vllm_block(got, w.percentiles), flush=True)
 
             def theirs(k: int = k) -> None:
-                before = server_metrics.scrape(srv.url)  # includes vllm bench's warm-up: see the note in the table
+                before = prometheus.scrape(srv.url)  # includes vllm bench's warm-up: see the note in the table
                 got = vllm_bench(
                     python,
                     srv.url,
@@ -211,7 +211,7 @@ def main() -> None:
                     out,
                     k,
                 )
-                got.update(server_view(server_metrics.delta(before, server_metrics.scrape(srv.url))))
+                got.update(server_view(prometheus.delta(before, prometheus.scrape(srv.url))))
                 rows["vllm bench serve"].append({key: got.get(key) for key, _, _ in KEYS})
                 print(json.dumps(rows["vllm bench serve"][-1]), flush=True)
 

@@ -29,7 +29,7 @@ from vse.scenario import (
     VllmInstall,
     WorkloadSpec,
 )
-from vse.server import metrics as server_metrics
+from vse.server import prometheus
 from vse.server.process import ServerConfig, VllmServer, group_members
 from vse.stats import gates
 from vse.stats.decide import Outcome
@@ -95,7 +95,7 @@ def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
         assert r.output_tokens == r.usage_completion_tokens == 24 == sum(r.chunk_tokens)
         assert r.usage_prompt_tokens == r.prompt_len == 64
     d = res.meta["server_metrics_delta"]
-    assert server_metrics.requests_finished(d) == 24  # warm-up excluded from the deltas
+    assert prometheus.requests_finished(d) == 24  # warm-up excluded from the deltas
     assert d["vllm:generation_tokens_total"] == 24 * 24
     assert abs(d["server_mean_ttft_ms"] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
 

@@ -59,7 +59,7 @@ def fake_plan(monkeypatch, decisions=(), real_look=False):
     look, on whatever analysis the test provides)."""
     calls, answers = [], list(decisions)
     monkeypatch.setattr(compare.Orchestrator, "prepare", lambda self: None)
-    monkeypatch.setattr(compare.models, "resolve", lambda *a, **k: None)
+    monkeypatch.setattr(compare.sources, "resolve", lambda *a, **k: None)
 
     def run_start(self, arm, start, with_checks):
         calls.append((arm, start, with_checks))

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from vse.gemm import bench as gemm_bench
 from vse.gemm.shapes import ShapeError, llama_shapes, token_counts
-from vse.models import sources as models
+from vse.models import sources
 from vse.orchestration.scenario_check import load_scenario
 from vse.report import gemm as gemm_report
 from vse.scenario import Architecture, GeneratedModel
@@ -19,7 +19,7 @@ RECORDED = ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json"
 
 
 def shapes(arch, tp):
-    cfg = models.generated_config(GeneratedModel(architecture=arch, quantization="fp8-static", tokenizer="unused"))
+    cfg = sources.generated_config(GeneratedModel(architecture=arch, quantization="fp8-static", tokenizer="unused"))
     return {s.name: (s.k, s.n) for s in llama_shapes(cfg, tp)}
 
 

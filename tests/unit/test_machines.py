@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from vse.analysis import _machine_notes
+from vse.analysis import machine_notes
 from vse.rundir.files import machine_id
 
 
@@ -13,9 +13,9 @@ def test_machine_id_is_stable_on_one_boot():
 
 def test_a_run_whose_arms_ran_on_two_machines_is_noted():
     arm = lambda *ms: SimpleNamespace(servers=[{"machine": m} for m in ms])
-    assert _machine_notes({"baseline": arm("aaa", "aaa"), "candidate": arm("aaa", "aaa")}) == []
-    assert _machine_notes({"baseline": arm(None), "candidate": arm(None)}) == []  # recorded before machine ids
-    (note,) = _machine_notes({"baseline": arm("aaa"), "candidate": arm("bbb", "aaa")})
+    assert machine_notes({"baseline": arm("aaa", "aaa"), "candidate": arm("aaa", "aaa")}) == []
+    assert machine_notes({"baseline": arm(None), "candidate": arm(None)}) == []  # recorded before machine ids
+    (note,) = machine_notes({"baseline": arm("aaa"), "candidate": arm("bbb", "aaa")})
     assert note.startswith("server starts ran on 2 different machines")
     assert "candidate: start 1 on bbb, start 2 on aaa" in note
 
@@ -35,7 +35,7 @@ def test_a_start_that_only_made_up_checks_is_not_counted_as_a_measured_start(tmp
     (d / "bench-0.jsonl").write_text("")
     a = load_arm(tmp_path, "candidate", load_scenario("scenarios/cpu-smoke.yaml"))
     assert [sv["measured"] for sv in a.servers] == [True, False]
-    (note,) = _machine_notes({"baseline": SimpleNamespace(servers=[{"machine": "aaa"}]), "candidate": a})
+    (note,) = machine_notes({"baseline": SimpleNamespace(servers=[{"machine": "aaa"}]), "candidate": a})
     assert "candidate: start 1 on aaa, checks only on bbb" in note
 
 
@@ -46,7 +46,7 @@ def test_measured_starts_after_a_make_up_start_keep_their_own_numbers():
         {"machine": "bbb", "measured": False},
         {"machine": "bbb", "measured": True},
     ]
-    (note,) = _machine_notes(
+    (note,) = machine_notes(
         {"baseline": SimpleNamespace(servers=[{"machine": "aaa"}]), "candidate": SimpleNamespace(servers=servers)}
     )
     assert "candidate: start 1 on aaa, checks only on bbb, start 2 on bbb." in note

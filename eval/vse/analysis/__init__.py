@@ -4,7 +4,7 @@ them together as one Analysis. Reads raw data only, so `make report` rebuilds ev
 a server."""
 
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
-from vse.analysis.notes import _machine_notes
+from vse.analysis.notes import machine_notes
 from vse.analysis.run import Analysis, analyze, fmt_pct
 from vse.analysis.verdict import (
     find_disturbed,
@@ -17,7 +17,7 @@ __all__ = [
     "starts_made",
     "load_arm",
     "load_scenario_from_run",
-    "_machine_notes",
+    "machine_notes",
     "Analysis",
     "analyze",
     "fmt_pct",

@@ -45,7 +45,7 @@ def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     return out
 
 
-def _machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
+def machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
     """A run resumed on another machine: its machine-to-machine offset is inside the arm difference
     wherever an arm's starts all ran on one machine and the other arm's on another. A start that made
     up lost checks ran no workload: named, but it moves no speed figure."""

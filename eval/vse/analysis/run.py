@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
-from vse.analysis.notes import _machine_notes, _ttft_notes, _workload_differences
+from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes
 from vse.analysis.verdict import (
     _accuracy_gates,
     exit_code_for,
@@ -23,7 +23,7 @@ from vse.analysis.verdict import (
 )
 from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
-from vse.models import sources as models
+from vse.models import sources
 from vse.rundir import seal, sweep_points
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
@@ -82,7 +82,7 @@ def analyze(
         g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
     )
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
-    notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + _machine_notes(arms)
+    notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
     notes += _coalescing_notes(arms)
     agree, self_agree = _agreements(arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
@@ -356,7 +356,7 @@ def _predict(a: Analysis, gemm_file: Path | None) -> None:
         return
     wave = first_wave(s)
     a.gemm_prediction, a.gemm_prediction_note = gemm_predict.for_run(
-        models.model_config(s.model),
+        sources.model_config(s.model),
         s.server.tensor_parallel_size,
         gemm,
         [r.records for r in base.raw],

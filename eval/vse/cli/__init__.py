@@ -27,7 +27,7 @@ from vse.rundir import packed
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import HISTORY_DB, REPORTS, ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
-from vse.server import process as server
+from vse.server import process
 
 
 def _sigterm(signum, frame):
@@ -79,7 +79,7 @@ def cmd_bench(args) -> int:
     # `vllm bench serve --save-result --save-detailed` as the server's vLLM writes it, and the
     # suite's own figures beside it
     from vse.report import vllm_files
-    from vse.server import metrics as server_metrics
+    from vse.server import prometheus
 
     inv = vllm_files.Invocation(
         None, args.model or s.model.served_name, tok, w.num_prompts, w.endpoint.value, w.burstiness
@@ -87,7 +87,7 @@ def cmd_bench(args) -> int:
     out_json, extra = vllm_files.vllm_file(
         m,
         inv,
-        layout=vllm_files.layout_for(server_metrics.version(args.url)),
+        layout=vllm_files.layout_for(prometheus.version(args.url)),
         detailed=True,
         date=vllm_files.vllm_date(res.meta.get("ended_at")),
     )
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if hasattr(args, "sets"):  # --sets 'a=1 b=2' is --set a=1 --set b=2
         args.set = args.set + args.sets
-    before = args.keep_servers = server.live_servers()
+    before = args.keep_servers = process.live_servers()
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
     # Started in a script's background, a process inherits SIGINT ignored and Python leaves it so:
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]error:[/] internal error {type(e).__name__}: {e}{where}", highlight=False)
         return ExitCode.RUN_FAILED
     finally:
-        server.stop_all(keep=before)
+        process.stop_all(keep=before)
         if (held := getattr(args, "device_lock", None)) is not None:
             held.close()  # the device's lock goes only once its servers are stopped
 

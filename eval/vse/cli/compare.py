@@ -22,8 +22,7 @@ from vse.rundir import state as run_state
 from vse.rundir.files import planned_requests, read_json, write_json
 from vse.rundir.layout import RunDir
 from vse.server import lock as device_lock
-from vse.server import preflight
-from vse.server import process as server
+from vse.server import preflight, process
 
 
 def report_run(
@@ -72,7 +71,7 @@ def cmd_compare(args) -> int:
     try:
         run_compare(s, run_dir, opts)
     except (Exception, KeyboardInterrupt) as e:
-        server.stop_all(keep=getattr(args, "keep_servers", set()))
+        process.stop_all(keep=getattr(args, "keep_servers", set()))
         return _failed(e, run_dir, args)
     code = int(report_run(run_dir, args.noise_run))
     record_exit(run_dir, code)

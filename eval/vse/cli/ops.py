@@ -222,7 +222,7 @@ def cmd_qualify(args) -> int:
 
 
 def cmd_setup(args) -> int:
-    from vse.models import sources as models
+    from vse.models import sources
 
     if args.refresh_locks:
         for lock in provision.refresh_locks(console):
@@ -234,10 +234,10 @@ def cmd_setup(args) -> int:
     if args.only == "changepoint":  # the GPU image bakes it (docker/Dockerfile)
         return 0 if provision.ensure_changepoint(args.cache, console) else ExitCode.RUN_FAILED
     if args.only == "tokenizer":  # the GPU scenarios' Llama 3 tokenizer, baked the same way
-        models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))
+        sources.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))
         return 0
     provision.ensure_default_model(args.cache, console)
-    models.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
+    sources.fetch_llama3_tokenizer(args.cache, log=lambda m: console.print(f"setup: {m}"))  # the GPU scenarios'
     provision.ensure_changepoint(args.cache, console)  # make trend's E-divisive
     return 0
 

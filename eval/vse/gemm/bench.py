@@ -13,7 +13,7 @@ from vse.backends import FP8_KERNEL_BACKENDS
 from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.gemm import shapes as gemm_shapes
-from vse.models import sources as models
+from vse.models import sources
 from vse.rundir.files import write_json
 from vse.rundir.layout import GemmDir
 from vse.scenario import Scenario
@@ -24,7 +24,7 @@ TIMING_SCRIPT = Path(__file__).with_name("timing.py")  # run in vLLM's Python, n
 
 
 def model_config(s: Scenario) -> dict:
-    cfg = models.model_config(s.model)
+    cfg = sources.model_config(s.model)
     if cfg is None:
         raise SuiteError(
             f"gemm-bench: {s.model.id}: no config.json (a hub id is not downloaded; give a local directory)"

@@ -20,7 +20,7 @@ from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import RepeatResult
 from vse.rundir.records import RequestRecord, write_jsonl
 from vse.scenario import WorkloadSpec
-from vse.server import metrics as server_metrics
+from vse.server import prometheus
 
 
 def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
@@ -98,7 +98,7 @@ def run_repeat(
     shape, arm = shape_of(w, seed=repeat), ArmDir(out)
     warm = _warm_up(params, prompts.warmup, shape, count, arm, repeat)
     try:  # after the warm-up, so the server's deltas cover exactly the measured requests
-        before = server_metrics.scrape(target.url)
+        before = prometheus.scrape(target.url)
     except OSError:
         before = None
     # NVML samples cover exactly the measured load (not the warm-up): energy per token is this run's.
@@ -115,7 +115,7 @@ def run_repeat(
     server_delta = None
     if before is not None:
         try:
-            server_delta = server_metrics.delta(before, server_metrics.scrape(target.url))
+            server_delta = prometheus.delta(before, prometheus.scrape(target.url))
         except OSError:
             server_delta = None
     meta = {

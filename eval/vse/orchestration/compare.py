@@ -18,8 +18,7 @@ from vse.analysis import analyze
 from vse.errors import ServerError, SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
-from vse.models import checkpoint
-from vse.models import sources as models
+from vse.models import checkpoint, sources
 from vse.orchestration import reuse
 from vse.orchestration.arm_checks import ArmChecks, log_line
 from vse.redaction import redact, secret_values
@@ -69,7 +68,7 @@ class Orchestrator:
             weights_random=s.model.weights_are_random,
             seal=seal.VERSION,  # this run seals its data: a seal.json deleted later is refused, not "made before seals"
         )
-        self.model: models.ResolvedModel  # set by prepare() (a resumed run: execute()) before any use
+        self.model: sources.ResolvedModel  # set by prepare() (a resumed run: execute()) before any use
         self.prompts: dict[int, list[Prompt]] = {}
         self.prompt_shas: dict[int, str] = {}
         self.server_count = 0  # the next server start's number: execute() sets it once the run's arms are in place
@@ -99,8 +98,8 @@ class Orchestrator:
         """The Python of the vLLM this arm's server runs (the arm's own install, or the scenario's)."""
         return (self.s.server_arms()[arm].vllm or self.s.server.vllm).python
 
-    def resolve_model(self) -> models.ResolvedModel:
-        return models.resolve(
+    def resolve_model(self) -> sources.ResolvedModel:
+        return sources.resolve(
             self.s.model,
             self.opts.cache,
             self.layout.model,

@@ -22,7 +22,7 @@ from vse.rundir.files import atomic_write_bytes
 from vse.rundir.layout import RunDir
 
 _NAMES = RunDir(Path("."))
-REPORTS = (_NAMES.summary.name, _NAMES.results.name, _NAMES.html.name)
+REPORT_FILES = (_NAMES.summary.name, _NAMES.results.name, _NAMES.html.name)
 ARCHIVE, POINTER = "raw.tar.xz", "raw.json"
 STORE_ENV = "VSE_EXAMPLES_RAW"
 
@@ -69,7 +69,7 @@ def unpack(example: Path, dest: Path, name: str | None = None) -> Path:
     """A committed example as a run directory again (raw data extracted, reports left out)."""
     run = dest / (name or example.name)
     archive = raw_archive(example)
-    shutil.copytree(example, run, ignore=shutil.ignore_patterns(*REPORTS, ARCHIVE, POINTER))
+    shutil.copytree(example, run, ignore=shutil.ignore_patterns(*REPORT_FILES, ARCHIVE, POINTER))
     with tarfile.open(archive) as t:
         t.extractall(run, filter="data")
     if (run / "baseline-from.json").is_file():  # the run reused that example's baseline arm (BASE_RUN)

@@ -238,9 +238,14 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
     with db.begin() as c:
         for n in range(30):
             level = 10_000 * (0.97 if n >= 20 else 1.0)
-            night(c, f"night-{n:02d}", f"2026-11-{n + 1:02d}T02:00:00+00:00", level * (1 + 0.001 * (n % 3)))
+            vllm = f"0.26.1.dev{n}+g{n:07x}"  # a nightly wheel's version names its commit
+            night(c, f"night-{n:02d}", f"2026-11-{n + 1:02d}T02:00:00+00:00", level * (1 + 0.001 * (n % 3)), vllm=vllm)
     code, out, _ = trend_cmd()
     assert code == 1 and "**regression** -" in out and "--ack " in out, out[-2000:]
+    # the two nights around the change, with the vLLM each ran: the ends of a bisection
+    assert (
+        "last good night night-19 (vLLM 0.26.1.dev19+g0000013), first bad night-20 (vLLM 0.26.1.dev20+g0000014)" in out
+    )
     code, _, err = trend_cmd("--ack", "night-20", "--metric", "output_throughput")
     assert code == 2 and "needs a reason" in err
     code, _, err = trend_cmd("--ack", "night-2", "--metric", "output_throughput", "--why", "x")

@@ -215,6 +215,7 @@ class Point:
     started: str
     value: float  # the run directory's mean over the arm's runs of it
     key: str = ""  # the run's identity (run_key)
+    vllm: str | None = None  # the vLLM version the arm ran that night (a dev build's names its commit)
 
 
 @dataclass(frozen=True)
@@ -271,18 +272,18 @@ def series(engine: sa.Engine, key: SeriesKey, metric: str) -> list[Point]:
     if key.legacy:
         cond.append(sa.or_(RUNS.c.settings == key.settings, RUNS.c.settings.is_(None)))
     q = (
-        sa.select(RUNS.c.run, sa.func.coalesce(RUNS.c.name, RUNS.c.run), RUNS.c.started, METRICS.c.value)
+        sa.select(RUNS.c.run, sa.func.coalesce(RUNS.c.name, RUNS.c.run), RUNS.c.started, METRICS.c.value, RUNS.c.vllm)
         .join(METRICS, METRICS.c.run_id == RUNS.c.id)
         .where(METRICS.c.key == metric, *cond)
         .order_by(RUNS.c.started, RUNS.c.run)
     )
-    by_run: dict[str, tuple[str, str, list[float]]] = {}
+    by_run: dict[str, tuple[str, str, list[float], str | None]] = {}
     with engine.connect() as c:
-        for ident, name, started, v in c.execute(q):
-            by_run.setdefault(ident, (name, started, []))[2].append(v)
+        for ident, name, started, v, vllm in c.execute(q):
+            by_run.setdefault(ident, (name, started, [], vllm))[2].append(v)
     return [
-        Point(name, st, math.exp(sum(math.log(x) for x in vs) / len(vs)), ident)
-        for ident, (name, st, vs) in by_run.items()
+        Point(name, st, math.exp(sum(math.log(x) for x in vs) / len(vs)), ident, vllm)
+        for ident, (name, st, vs, vllm) in by_run.items()
         if all(x > 0 for x in vs)
     ]
 

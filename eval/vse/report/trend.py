@@ -68,6 +68,19 @@ def _changes(s: Series) -> str:
     )
 
 
+def _bisect_hint(s: Series) -> str:
+    """The nights on either side of a series' open regression, with the vLLM each ran, as the ends
+    of a bisection over the builds between them."""
+    c = s.open_regression()
+    assert c is not None and c.index > 0  # a change has nights before it
+    good, bad = s.points[c.index - 1], s.points[c.index]
+    return (
+        f"- {s.key.title()}, {s.metric}: last good night {good.run} (vLLM {good.vllm or 'not recorded'}), first bad "
+        f"{bad.run} (vLLM {bad.vllm or 'not recorded'}): `bin/vse bisect --scenario <{s.key.scenario}> --builds "
+        f"builds.yaml`, builds.yaml listing the installs from {good.vllm or good.run} to {bad.vllm or bad.run}"
+    )
+
+
 def _kind(s: Series, c: changepoint.Change) -> str:
     if c not in s.regressions():
         return "change"
@@ -104,6 +117,8 @@ def markdown(series: list[Series], walk: list[str] | None = None) -> str:
                 f"    bin/vse trend --db ... --ack {s.points[c.index].key[:12]} --metric {s.metric} --why '...'"
                 f"   # {s.key.title()}"
             )
+        L += ["", "To trace a regression to its build (docs/bisect.md), bisect the builds between the two nights:", ""]
+        L += [_bisect_hint(s) for s in open_]
     if walk:
         L += ["", "## This walk of the run directories", ""] + [f"- {line}" for line in walk]
     L += [

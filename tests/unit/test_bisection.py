@@ -188,3 +188,47 @@ def test_a_bad_builds_file_is_one_line(tmp_path):
     with pytest.raises(ScenarioError, match="no build 'zz'"):
         bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, "zz", None)
     assert (ROOT / "scenarios" / "cpu-smoke.yaml").is_file()
+
+
+def test_a_fleet_round_tests_k_builds_at_once_and_a_round_is_a_valid_pipeline(tmp_path, monkeypatch):
+    """Three agents on 16 builds: the bad end's round, then rounds of three steps, each agent leaving
+    its record in steps/<build>.json, a collect step merging them and emitting the next round: the
+    culprit in 3 rounds (one agent: 1 + 4 steps). Each round is a Buildkite pipeline (schema-valid)
+    whose steps run `vse bisect --only <build>` and whose last step collects."""
+    import re
+
+    import jsonschema
+    import yaml
+    from test_buildkite import SCHEMA
+
+    monkeypatch.chdir(tmp_path)  # the folder is relative, as on an agent: reports/<stamp>-bisect-...
+    state, builds = bisect.new_state(
+        str(ROOT / "scenarios" / "cpu-smoke.yaml"), str(builds_file(tmp_path, 16)), [], tmp_path / "reports", None, None
+    )
+    fake, rounds = FakeCompare(k=11), 0
+    while points := bisect.next_round(state, builds, 3):
+        rounds += 1
+        pipe = bisect.pipeline(state, builds, points, 3, "gpu-h200")
+        jsonschema.validate(yaml.safe_load(yaml.safe_dump(pipe)), json.loads(SCHEMA.read_text()))
+        only = [m.group(1) for s in pipe["steps"] if (m := re.search(r"--only (\S+)", s.get("command", "")))]
+        assert only == [builds.builds[i].id for i in points] and "--collect" in pipe["steps"][-1]["command"]
+        for bid in only:  # each on its own agent: it reads bisect.json, writes only its step file
+            agent_state, agent_builds = bisect.resume_state(bisect.Path(state["folder"]))
+            bisect.run_only(agent_state, agent_builds, bid, log=lambda m: None, runner=fake)
+        bisect.collect(state, builds)
+    assert bisect.finish(state, builds, log=lambda m: None) == ExitCode.OK
+    assert state["answer"]["culprit"] == "b11" and rounds == 3 and len(fake.calls) == 1 + 6
+
+
+def test_the_command_emits_the_first_round_as_yaml_on_stdout_alone(tmp_path, capsys):
+    import yaml
+
+    from vse import cli
+
+    argv = ["bisect", "--scenario", "scenarios/cpu-smoke.yaml", "--builds", str(builds_file(tmp_path, 5))]
+    code = cli.main([*argv, "--reports", str(tmp_path / "r"), "--agents", "3", "--emit-pipeline"])
+    out, _ = capsys.readouterr()
+    steps = yaml.safe_load(out)["steps"]
+    assert code == 0 and "--only b4" in steps[0]["command"] and len(steps) == 3  # the bad end, wait, collect
+    folder = next((tmp_path / "r").glob("*-bisect-*"))
+    assert json.loads((folder / "bisect.json").read_text())["steps"] == []

@@ -292,6 +292,11 @@ def _add_bisect(sub: argparse._SubParsersAction) -> None:
     bi.add_argument("--bad", default="", help="the known-bad build's id (default: the last)")
     bi.add_argument("--resume", default="", help="a bisection folder to go on with (after a cancel or a budget)")
     bi.add_argument("--reports", default=REPORTS, help="where the bisection's folder goes")
+    bi.add_argument("--agents", type=int, default=1, help="with --emit-pipeline: builds tested at once per round")
+    bi.add_argument("--queue", default="gpu-h200", help="with --emit-pipeline: the GPU agents' queue")
+    bi.add_argument("--emit-pipeline", action="store_true", help="print the next round as a Buildkite pipeline")
+    bi.add_argument("--only", default="", help="run one build's step of a round (a fleet's agent), with --resume")
+    bi.add_argument("--collect", action="store_true", help="take a round's step records into the bisection")
     bi.set_defaults(fn=cmd_bisect)
 
 

@@ -188,9 +188,21 @@ def cmd_bisect(args) -> int:
         state, builds = bisect.new_state(
             args.scenario, args.builds, args.set, Path(args.reports), args.good or None, args.bad or None
         )
-    code = bisect.run_bisect(state, builds, log=lambda m: console.print(m, highlight=False))
+    log = lambda m: console.print(m, highlight=False)
+    if args.only:  # one step of a fleet's round, on its agent
+        return bisect.run_only(state, builds, args.only, log)
+    if args.collect:
+        bisect.collect(state, builds)
     folder = Path(state["folder"])
-    print((folder / BISECT_MD).read_text())
+    if args.emit_pipeline:  # | buildkite-agent pipeline upload; nothing else on stdout
+        if points := bisect.next_round(state, builds, args.agents):
+            bisect.write(state)
+            print(yaml.safe_dump(bisect.pipeline(state, builds, points, args.agents, args.queue), sort_keys=False))
+            return ExitCode.OK
+        code = bisect.finish(state, builds, log)
+    else:
+        code = bisect.run_bisect(state, builds, log)
+        print((folder / BISECT_MD).read_text())
     console.print(f"bisection: {folder / BISECT_MD}, {BISECT_JSON} (exit {code})", highlight=False)
     return code
 

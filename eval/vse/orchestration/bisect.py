@@ -141,6 +141,7 @@ def new_state(
         "status": "running",
         "answer": None,
     }
+    write(state)  # the plan is on disk before any step: a fleet's agents read it, a cancel resumes it
     return state, builds
 
 
@@ -152,14 +153,10 @@ def resume_state(folder: Path) -> tuple[dict[str, Any], Builds]:
     return state, Builds.model_validate({"builds": state["builds"]})
 
 
-def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> None:
+def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> dict:
+    """Build i's comparison against the good end (its unfinished one resumed), as a step record."""
     bid = builds.builds[i].id
-    first = not state["steps"]
-    base = None if first else state["steps"][0]["run"]
-    pending = state.get("pending") or {}
-    earlier = step_run_dir(state, bid) if pending.get("build") == bid else None
-    state["pending"] = {"build": bid, "index": i}
-    write(state)
+    earlier = step_run_dir(state, bid)
     unfinished = earlier is not None and (lambda r: r.get("status") != "complete" or bool(r.get("stopped")))(
         read_json(RunDir(earlier).run_json)
     )
@@ -167,41 +164,144 @@ def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, 
         log(f"bisect: {bid}: resuming its comparison {earlier}")
         code = runner(["compare", "--resume", str(earlier)])
     else:
+        first = i == state["bad"] and not state["steps"]
         log(f"bisect: {bid} ({'the bad end, checked first' if first else f'build {i} of 0..{len(builds.builds) - 1}'})")
-        code = runner(step_args(state, builds, i, base))
+        code = runner(step_args(state, builds, i, None if first else state["steps"][0]["run"]))
     run_dir = step_run_dir(state, bid)
     v = verdict_of(code)
-    state["steps"].append(
-        {"build": bid, "index": i, "run": str(run_dir) if run_dir else None, "exit_code": code, "verdict": v.value}
-        | evidence(run_dir, code)
-    )
-    state["pending"] = None
     log(f"bisect: {bid}: {ExitCode.describe(code)} -> {v.value}")
+    return {
+        "build": bid,
+        "index": i,
+        "run": str(run_dir) if run_dir else None,
+        "exit_code": code,
+        "verdict": v.value,
+    } | evidence(run_dir, code)
+
+
+def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> None:
+    """One step on this machine: named as under way in bisect.json, measured, recorded."""
+    state["pending"] = {"build": builds.builds[i].id, "index": i}
+    write(state)
+    state["steps"].append(measure(state, builds, i, runner, log))
+    state["pending"] = None
     write(state)
 
 
-def run_bisect(state: dict[str, Any], builds: Builds, log: Callable[[str], None], runner: StepRunner = run_cli) -> int:
-    """Steps until the answer is settled; bisect.json and bisect.md after each. Returns the exit code:
-    0 a culprit named, 3 a range only (skips, or ends that do not differ), 2 the bad end's step failed."""
-    n = len(builds.builds)
+def next_round(state: dict[str, Any], builds: Builds, k: int = 1) -> list[int]:
+    """The builds the next round tests (k agents): the bad end alone first; none once settled."""
     if not state["steps"]:
-        run_step(state, builds, state["bad"], runner, log)
+        return [state["bad"]]
+    if state["steps"][0]["verdict"] != Verdict.BAD.value:
+        return []
+    return search_of(state, builds).next_points(k)
+
+
+def search_of(state: dict[str, Any], builds: Builds) -> Search:
+    steps = state["steps"][1:]
+    return Search(len(builds.builds), state["good"], state["bad"], {s["index"]: Verdict(s["verdict"]) for s in steps})
+
+
+def finish(state: dict[str, Any], builds: Builds, log: Callable[[str], None]) -> int:
+    """The answer, once no step is left: 0 a culprit named, 3 a range only (skips, or ends that do
+    not differ), 2 the bad end's own comparison failed to run."""
     ends = state["steps"][0]
+    state["status"] = "done"
     if ends["verdict"] != Verdict.BAD.value:
-        state["status"] = "done"
         state["answer"] = {"culprit": None, "ends": ends["verdict"]}
-        write(state)
         log(
             f"bisect: the bad end {ends['build']} does not FAIL against the good end ({ends['verdict']}): nothing to bisect"
         )
-        return ExitCode.RUN_FAILED if ends["exit_code"] == ExitCode.RUN_FAILED else ExitCode.INCONCLUSIVE
-    while True:
-        search = Search(n, state["good"], state["bad"], {s["index"]: Verdict(s["verdict"]) for s in state["steps"][1:]})
-        nxt = search.next_points()
-        if not nxt:
-            break
-        run_step(state, builds, nxt[0], runner, log)
-    state["status"] = "done"
-    state["answer"] = answer(state, builds, search, state["alpha"])
+        code = ExitCode.RUN_FAILED if ends["exit_code"] == ExitCode.RUN_FAILED else ExitCode.INCONCLUSIVE
+    else:
+        state["answer"] = answer(state, builds, search_of(state, builds), state["alpha"])
+        code = ExitCode.OK if state["answer"]["culprit"] else ExitCode.INCONCLUSIVE
     write(state)
-    return ExitCode.OK if state["answer"]["culprit"] else ExitCode.INCONCLUSIVE
+    return code
+
+
+def run_bisect(state: dict[str, Any], builds: Builds, log: Callable[[str], None], runner: StepRunner = run_cli) -> int:
+    """On one machine: a step at a time until the answer is settled; bisect.json and bisect.md after each."""
+    while pts := next_round(state, builds):
+        run_step(state, builds, pts[0], runner, log)
+    return finish(state, builds, log)
+
+
+# -- on a fleet: a round's steps on k agents at once, a Buildkite dynamic pipeline per round -----------
+
+
+def step_file(state: dict[str, Any], build_id: str) -> Path:
+    """Where an agent's step leaves its record (one file per step: agents never share bisect.json)."""
+    return Path(state["folder"]) / "steps" / f"{build_id}.json"
+
+
+def run_only(
+    state: dict[str, Any], builds: Builds, build_id: str, log: Callable[[str], None], runner: StepRunner = run_cli
+) -> int:
+    """One step of a round, on its agent: its comparison, its record in steps/<build id>.json."""
+    rec = measure(state, builds, builds.index(build_id), runner, log)
+    write_json(step_file(state, build_id), rec)
+    return rec["exit_code"]
+
+
+def collect(state: dict[str, Any], builds: Builds) -> None:
+    """A round's step records (its agents' artifacts) into bisect.json, in build order."""
+    have = {s["build"] for s in state["steps"]}
+    new = [read_json(f) for f in sorted((Path(state["folder"]) / "steps").glob("*.json"))]
+    new = sorted((r for r in new if r["build"] not in have), key=lambda r: r["index"])
+    if not state["steps"]:  # the bad end's round: its record comes first, the good end's starts are its
+        new = [r for r in new if r["index"] == state["bad"]]
+    state["steps"] += new
+    write(state)
+
+
+def pipeline(state: dict[str, Any], builds: Builds, points: list[int], agents: int, queue: str) -> dict:
+    """A round as a Buildkite dynamic pipeline: one step per build on the GPU queue (the bisection's
+    folder and the bad end's run as artifacts in, its step record and run directory out), then a
+    step that collects the round and uploads the next one (or annotates the answer)."""
+    from vse.orchestration.qualify import in_image
+
+    f = state["folder"]
+    bad = builds.builds[state["bad"]].id
+    steps: list[dict] = [
+        {
+            "label": f":mag: bisect {builds.builds[i].id}",
+            "key": f"bisect-{builds.builds[i].id}",
+            "command": (
+                f'buildkite-agent artifact download "{f}/bisect.json" .\n'
+                f'buildkite-agent artifact download "{f}/runs/{bad}/**/*" . || echo "the bad end is this step"\n'
+                f"bin/ci-step bisect-{builds.builds[i].id} --run-in {f}/runs/{builds.builds[i].id} -- "
+                f"bin/vse bisect --resume {f} --only {builds.builds[i].id}"
+            ),
+            "artifact_paths": [f"{f}/steps/{builds.builds[i].id}.json", f"{f}/runs/{builds.builds[i].id}/**/*"],
+            "plugins": in_image(gpus=True),
+            "agents": {"queue": queue},
+            "soft_fail": [
+                {"exit_status": 1},
+                {"exit_status": 3},
+                {"exit_status": 4},
+            ],  # a step's verdict, not a failure
+        }
+        for i in points
+    ]
+    steps.append({"wait": None, "continue_on_failure": True})
+    steps.append(
+        {
+            "label": ":mag: bisect: collect the round",
+            "key": f"bisect-collect-{len(state['steps'])}",
+            "command": (
+                f'buildkite-agent artifact download "{f}/**/*" .\n'
+                # ci-step merges stderr into stdout: the pipeline goes to a file inside its command, and
+                # is uploaded there (the answer, once settled, is the annotation: bisect.md)
+                f"bin/ci-step bisect --report {f}/{BISECT_MD} -- bash -c '"
+                f"bin/vse bisect --resume {f} --collect --agents {agents} --queue {queue} --emit-pipeline > {f}/next.yml; "
+                f"code=$$?; if [ -s {f}/next.yml ]; then buildkite-agent pipeline upload {f}/next.yml || code=2; fi; "
+                "exit $$code'"
+            ),
+            "artifact_paths": [f"{f}/bisect.*"],
+            "plugins": in_image(gpus=False),
+            "agents": {"queue": "cpu"},
+            "soft_fail": [{"exit_status": 3}],
+        }
+    )
+    return {"steps": steps}

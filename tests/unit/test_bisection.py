@@ -232,3 +232,23 @@ def test_the_command_emits_the_first_round_as_yaml_on_stdout_alone(tmp_path, cap
     assert code == 0 and "--only b4" in steps[0]["command"] and len(steps) == 3  # the bad end, wait, collect
     folder = next((tmp_path / "r").glob("*-bisect-*"))
     assert json.loads((folder / "bisect.json").read_text())["steps"] == []
+
+
+def test_a_comparison_that_ended_before_the_bisection_recorded_it_is_taken_not_repeated(tmp_path):
+    """Cancelled between a step's end and bisect.json: on resume its finished run is read, not re-run;
+    an unfinished one is resumed (`vse compare --resume`)."""
+    state, builds = bisect.new_state(
+        "scenarios/cpu-smoke.yaml", str(builds_file(tmp_path, 4)), [], tmp_path, None, None
+    )
+    done = bisect.Path(state["folder"]) / "runs" / "b3" / "20261206T000000Z-cpu-smoke-none"
+    done.mkdir(parents=True)
+    (done / "run.json").write_text(json.dumps({"status": "complete", "exit_code": 1}))
+    cut = bisect.Path(state["folder"]) / "runs" / "b1" / "20261206T000001Z-cpu-smoke-none"
+    cut.mkdir(parents=True)
+    (cut / "run.json").write_text(json.dumps({"status": "complete", "stopped": "time budget of 500 s spent"}))
+    fake = FakeCompare(k=2)
+    calls = []
+    runner = lambda argv: calls.append(argv) or (ExitCode.OK if argv[:2] == ["compare", "--resume"] else fake(argv))
+    assert bisect.run_bisect(state, builds, log=lambda m: None, runner=runner) == ExitCode.OK
+    assert [s["build"] for s in state["steps"]] == ["b3", "b1", "b2"] and state["answer"]["culprit"] == "b2"
+    assert calls[0] == ["compare", "--resume", str(cut)]  # b3 was read from its run, b1 resumed

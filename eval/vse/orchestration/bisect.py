@@ -157,10 +157,12 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
     """Build i's comparison against the good end (its unfinished one resumed), as a step record."""
     bid = builds.builds[i].id
     earlier = step_run_dir(state, bid)
-    unfinished = earlier is not None and (lambda r: r.get("status") != "complete" or bool(r.get("stopped")))(
-        read_json(RunDir(earlier).run_json)
-    )
-    if earlier is not None and unfinished:
+    run = read_json(RunDir(earlier).run_json) if earlier is not None else {}
+    done = earlier is not None and run.get("status") == "complete" and not run.get("stopped")
+    if done and earlier is not None and (ended := _exit_code(earlier)) is not None:
+        log(f"bisect: {bid}: its comparison {earlier} ended before the bisection recorded it: taken as it is")
+        code = ended
+    elif earlier is not None:
         log(f"bisect: {bid}: resuming its comparison {earlier}")
         code = runner(["compare", "--resume", str(earlier)])
     else:
@@ -177,6 +179,14 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
         "exit_code": code,
         "verdict": v.value,
     } | evidence(run_dir, code)
+
+
+def _exit_code(run_dir: Path) -> int | None:
+    """A finished comparison's exit code, as its reports recorded it."""
+    for f in (RunDir(run_dir).run_json, RunDir(run_dir).results):
+        if f.is_file() and (code := read_json(f).get("exit_code")) is not None:
+            return int(code)
+    return None
 
 
 def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> None:

@@ -197,3 +197,40 @@ def test_an_arm_without_per_chunk_usage_reads_its_records_without_it(tmp_path):
     a = analyze(run)
     assert all(len(x) for x in a.arms["baseline"].repeat_data[0].itl_token)
     assert not any(len(x) for x in a.arms["candidate"].repeat_data[0].itl_token)
+
+
+def test_a_wide_headline_interval_says_why_and_what_would_narrow_it():
+    """#45: '+41.82% (no significant change: 95% CI [-26.11%, +172.20%] from 2 + 2 server starts)' is
+    read as undecided, not as equal, when the summary says what makes it wide and how many starts
+    would tell such a change from none; a narrow interval and a gated metric get no such note."""
+    import math
+
+    from vse.analysis.notes import width_notes
+    from vse.stats.estimate import Design, MetricComparison, Verdict
+
+    def row(key, rel, lo, hi, vb, vc, n, df):
+        return MetricComparison(
+            key,
+            key,
+            True,
+            100.0,
+            100 * (1 + rel),
+            rel,
+            lo,
+            hi,
+            Verdict.NO_CHANGE,
+            Design.STARTS,
+            math.sqrt((vb + vc) / n),
+            df,
+            n,
+            n,
+            vb,
+            vc,
+        )
+
+    wide = row("output_throughput", 0.4182, -0.2611, 1.7220, 0.0004, 0.0081, 2, 1.1)
+    narrow = row("median_ttft_ms", 0.01, -0.02, 0.04, 1e-4, 1e-4, 3, 4.0)
+    (note,) = width_notes([wide, narrow], 0.05, gated=set())
+    assert "2 + 2 server starts give Welch's interval 1.1 degrees of freedom" in note
+    assert "the candidate's starts differ by 9.0%" in note and "about 3 server starts per arm" in note
+    assert width_notes([wide], 0.05, gated={"output_throughput"}) == []

@@ -3,11 +3,16 @@ run-level TTFT in two groups, starts on several machines, a noise run with anoth
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from vse.analysis.load import ArmAnalysis
 from vse.scenario import Scenario
 from vse.stats import estimate, registry
+from vse.stats.decide import starts_to_decide
+
+WIDE = 0.10  # a headline interval reaching further than this either side of its estimate is called wide
 
 
 def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
@@ -68,3 +73,34 @@ def machine_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
         f"server starts ran on {len(machines)} different machines (a run resumed after the machine was "
         f"given back): {per_arm}. A machine-to-machine offset is part of any arm difference it lines up with."
     ]
+
+
+def width_notes(comparison: list[estimate.MetricComparison], alpha: float, gated: set[str]) -> list[str]:
+    """Why a headline metric's exploratory interval is wide, and what would narrow it: which arm's
+    server starts disagree and by how much, Welch's degrees of freedom, and the starts per arm a
+    change of the estimated size would need to be told from none. (A gated metric's gate row says
+    the starts its margin needs.)"""
+    out = []
+    for r in comparison:
+        if r.key not in registry.keys_for("headline") or r.key in gated or r.design is not estimate.Design.STARTS:
+            continue
+        if not all(map(math.isfinite, (r.ci_low, r.ci_high, r.var_base, r.var_cand, r.rel_change))):
+            continue
+        if min(r.ci_high - r.rel_change, r.rel_change - r.ci_low) <= WIDE:
+            continue
+        sd = {"baseline": math.sqrt(r.var_base), "candidate": math.sqrt(r.var_cand)}
+        loud = max(sd, key=lambda k: sd[k])
+        quiet = "candidate" if loud == "baseline" else "baseline"
+        need = starts_to_decide(r.est, math.log1p(r.rel_change), 0.0, lambda _k: alpha)
+        out.append(
+            f"{r.label}: its interval [{100 * r.ci_low:+.2f}%, {100 * r.ci_high:+.2f}%] is wide: {r.n_base} + "
+            f"{r.n_cand} server starts give Welch's interval {r.df:.1f} degrees of freedom, and the {loud}'s "
+            f"starts differ by {100 * sd[loud]:.1f}% (the sd of their means; the {quiet}'s {100 * sd[quiet]:.1f}%); "
+            + (
+                f"were the change really {100 * r.rel_change:+.2f}%, about {need} server starts per arm would tell "
+                "it from none"
+                if need is not None
+                else f"at this spread not even 50 server starts per arm would tell {100 * r.rel_change:+.2f}% from none"
+            )
+        )
+    return out

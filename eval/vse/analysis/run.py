@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
-from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes
+from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
 from vse.analysis.verdict import (
     _accuracy_gates,
     exit_code_for,
@@ -84,6 +84,7 @@ def analyze(
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
     notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
     notes += _coalescing_notes(arms)
+    notes += width_notes(comparison, g.significance, {p.metric for p in g.performance})
     agree, self_agree = _agreements(arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
     results = _request_gates(arms, g.max_failed_fraction) + _accuracy_gates(s, run, arms)

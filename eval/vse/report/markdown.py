@@ -11,6 +11,7 @@ from vse.exitcodes import ExitCode
 from vse.report import gemm, sweep, telemetry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
+from vse.stats.registry import keys_for
 
 _MARK = {
     Verdict.BETTER: "better",
@@ -62,7 +63,7 @@ def headline(a: Analysis) -> str:
     shown = {g.metric for g, _ in gated}
     parts += [
         f"{by[k].label} {fmt_pct(by[k].rel_change)} ({by[k].verdict.value}{_why_open(by[k])}, exploratory)"
-        for k in ("output_throughput", "median_ttft_ms", "median_tpot_ms")
+        for k in keys_for("headline")
         if k in by and k not in shown
     ]
     return f"**{gate_txt}**." + (" " + "; ".join(parts) + "." if parts else "")

@@ -17,7 +17,8 @@ class MetricDef:
     stat: str  # mean, median, pNN, rate
     # Where else it is shown by name: "trend" (the nightly's series), "decode" (a decode measure that
     # every calibration shows beside the gates, each planted step's truth computed for it), "sweep"
-    # (a column of the load sweep's table and a curve of its plots).
+    # (a column of the load sweep's table and a curve of its plots), "headline" (in the summary's
+    # first line beside the gated metrics, with why its interval is wide where it is).
     views: frozenset[str] = frozenset()
 
 
@@ -35,7 +36,12 @@ ENERGY = MetricDef(
 def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
     defs = [
         MetricDef(
-            "output_throughput", "Output throughput (tok/s)", True, "out_tokens", "rate", frozenset({"trend", "sweep"})
+            "output_throughput",
+            "Output throughput (tok/s)",
+            True,
+            "out_tokens",
+            "rate",
+            frozenset({"trend", "sweep", "headline"}),
         ),
         MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
         MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
@@ -50,7 +56,8 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
         "e2el": "E2E latency",
     }
     views = {
-        "median_tpot_ms": {"trend", "decode", "sweep"},
+        "median_tpot_ms": {"trend", "decode", "sweep", "headline"},
+        "median_ttft_ms": {"headline"},
         "median_itl_ms": {"decode", "sweep"},
         "median_itl_token_ms": {"decode"},
         "mean_itl_token_ms": {"decode"},

@@ -276,8 +276,11 @@ class Orchestrator:
             srv.stop()
 
     def score_texts(self) -> list[str]:
-        """The texts scored teacher-forced for fidelity: run 0's first prompts."""
-        return [p.text for p in self.prompts_for(0)[: self.s.agreement.score_texts]]
+        """The texts scored teacher-forced for fidelity: run 0's first prompts (none without a reference)."""
+        a = self.s.agreement
+        if not a.enabled or a.reference is None:
+            return []
+        return [p.text for p in self.prompts_for(0)[: a.score_texts]]
 
     def checks_start(self, arm: str) -> None:
         """A server start for the checks alone: the reference's one start, or an arm whose checks an

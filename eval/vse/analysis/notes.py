@@ -81,8 +81,9 @@ def width_notes(comparison: list[estimate.MetricComparison], alpha: float, gated
     change of the estimated size would need to be told from none. (A gated metric's gate row says
     the starts its margin needs.)"""
     out = []
+    headline = registry.keys_for("headline")
     for r in comparison:
-        if r.key not in registry.keys_for("headline") or r.key in gated or r.design is not estimate.Design.STARTS:
+        if r.key not in headline or r.key in gated or r.design is not estimate.Design.STARTS:
             continue
         if not all(map(math.isfinite, (r.ci_low, r.ci_high, r.var_base, r.var_cand, r.rel_change))):
             continue

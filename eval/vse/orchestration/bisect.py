@@ -23,6 +23,7 @@ from typing import Any
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.orchestration.calibrate import server_minutes
+from vse.orchestration.qualify import in_image
 from vse.orchestration.scenario_check import load_scenario
 from vse.report import bisect as bisect_report
 from vse.rundir.files import atomic_write_text, read_json, write_json
@@ -157,9 +158,8 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
     """Build i's comparison against the good end (its unfinished one resumed), as a step record."""
     bid = builds.builds[i].id
     earlier = step_run_dir(state, bid)
-    run = read_json(RunDir(earlier).run_json) if earlier is not None else {}
-    done = earlier is not None and run.get("status") == "complete" and not run.get("stopped")
-    if done and earlier is not None and (ended := _exit_code(earlier)) is not None:
+    ended = _exit_code(earlier) if earlier is not None else None
+    if ended is not None:
         log(f"bisect: {bid}: its comparison {earlier} ended before the bisection recorded it: taken as it is")
         code = ended
     elif earlier is not None:
@@ -182,11 +182,16 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
 
 
 def _exit_code(run_dir: Path) -> int | None:
-    """A finished comparison's exit code, as its reports recorded it."""
-    for f in (RunDir(run_dir).run_json, RunDir(run_dir).results):
-        if f.is_file() and (code := read_json(f).get("exit_code")) is not None:
-            return int(code)
-    return None
+    """A finished comparison's exit code, as its reports recorded it; None for one a cancel or a
+    time budget stopped (it is resumed)."""
+    layout = RunDir(run_dir)
+    run = read_json(layout.run_json)
+    if run.get("status") != "complete" or run.get("stopped"):
+        return None
+    code = run.get("exit_code")
+    if code is None and layout.results.is_file():
+        code = read_json(layout.results).get("exit_code")
+    return None if code is None else int(code)
 
 
 def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> None:
@@ -269,8 +274,6 @@ def pipeline(state: dict[str, Any], builds: Builds, points: list[int], agents: i
     """A round as a Buildkite dynamic pipeline: one step per build on the GPU queue (the bisection's
     folder and the bad end's run as artifacts in, its step record and run directory out), then a
     step that collects the round and uploads the next one (or annotates the answer)."""
-    from vse.orchestration.qualify import in_image
-
     f = state["folder"]
     bad = builds.builds[state["bad"]].id
     steps: list[dict] = [

@@ -61,12 +61,6 @@ def _estimate(b: np.ndarray, c: np.ndarray) -> Estimate:
     return Estimate(diff, se, df, Design.STARTS, len(b), len(c), vb, vc)
 
 
-def _verdict(outcomes: list[Outcome]) -> str:
-    if Outcome.FAIL in outcomes:
-        return "fail"
-    return "pass" if all(o is Outcome.PASS for o in outcomes) else "inconclusive"
-
-
 def one_comparison(models: list[GateModel], plan: Plan, rng: np.random.Generator) -> tuple[int, list]:
     """One simulated comparison: the starts per arm where it stopped and its gate decisions."""
     last = max(plan.last, plan.first)
@@ -92,7 +86,10 @@ def one_comparison(models: list[GateModel], plan: Plan, rng: np.random.Generator
 
 def verdict(decisions: list) -> str:
     """A comparison's verdict from its gate decisions: "fail", "pass" or "inconclusive"."""
-    return _verdict([d.outcome for d in decisions])
+    outcomes = [d.outcome for d in decisions]
+    if Outcome.FAIL in outcomes:
+        return "fail"
+    return "pass" if all(o is Outcome.PASS for o in outcomes) else "inconclusive"
 
 
 def simulate(models: list[GateModel], plan: Plan, n: int = 2000, seed: int = 0) -> Characteristics:

@@ -105,6 +105,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     )
     if energy:  # only where NVML measured every run (a GPU)
         defs.append(ENERGY)
-    if dup := sorted({m.key for m in defs if [d.key for d in defs].count(m.key) > 1}):
+    keys = [m.key for m in defs]
+    if dup := sorted({k for k in keys if keys.count(k) > 1}):
         raise ValueError(f"metric keys defined twice: {', '.join(dup)}")  # one key, one metric, one row
     return defs

@@ -417,3 +417,32 @@ def test_every_nightly_and_release_step_fetches_nothing_at_run_time(agent, tmp_p
         assert code in (0, 2, 3, 4), f"{name}: exit {code}\n{out[-1500:]}"
         assert len(notes) > seen, f"{name}: no annotation"
         seen = len(notes)
+
+
+def test_the_bisect_pipeline_plans_its_first_round_and_every_round_is_valid_shell(agent, tmp_path):
+    """.buildkite/bisect.yml's first step as an agent runs it: the bisection's folder made, its
+    bisect.json uploaded as an artifact, the first round (the bad end, then the collect step)
+    uploaded as a pipeline; every command of that round parses under bash -e once interpolated."""
+    builds = agent.work / "builds.yaml"
+    builds.write_text(json.dumps({"builds": [{"id": f"b{i}", "python": sys.executable} for i in range(5)]}))
+    step = steps("bisect.yml")["bisect-plan"]
+    code, out, notes = agent(
+        as_agent_runs_it(step["command"]),
+        BISECT_SCENARIO="scenarios/cpu-smoke.yaml",
+        BISECT_BUILDS="builds.yaml",
+        BISECT_AGENTS="3",
+    )
+    assert code == 0, out[-2000:]
+    calls = (tmp_path / "agent.log").read_text().splitlines()
+    assert "artifact upload reports/*-bisect-*/bisect.json" in calls  # the agent expands the glob itself
+    (state,) = (agent.work / "reports").glob("*-bisect-cpu-smoke/bisect.json")
+    assert json.loads(state.read_text())["steps"] == []
+    assert "pipeline upload reports/bisect-round.yml" in calls
+    round_ = yaml.safe_load((agent.work / "reports" / "bisect-round.yml").read_text())["steps"]
+    assert "--only b4" in round_[0]["command"] and "--collect --agents 3" in round_[-1]["command"]
+    for s in round_:
+        if "command" in s:
+            r = subprocess.run(
+                ["bash", "-n", "-e", "-c", as_agent_runs_it(s["command"])], capture_output=True, text=True
+            )
+            assert r.returncode == 0, (s["key"], r.stderr)

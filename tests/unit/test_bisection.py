@@ -252,3 +252,18 @@ def test_a_comparison_that_ended_before_the_bisection_recorded_it_is_taken_not_r
     assert bisect.run_bisect(state, builds, log=lambda m: None, runner=runner) == ExitCode.OK
     assert [s["build"] for s in state["steps"]] == ["b3", "b1", "b2"] and state["answer"]["culprit"] == "b2"
     assert calls[0] == ["compare", "--resume", str(cut)]  # b3 was read from its run, b1 resumed
+
+
+def test_two_bisections_started_in_one_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    """Two jobs of one build on one host: a folder is never shared (nor a crash on the second)."""
+    from datetime import datetime, timezone
+
+    from vse.rundir import files
+
+    fixed = datetime(2026, 12, 6, 12, 0, 0, tzinfo=timezone.utc)
+    monkeypatch.setattr(files, "datetime", type("Frozen", (), {"now": staticmethod(lambda tz=None: fixed)}))
+    a, _ = bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, None, None)
+    b, _ = bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, None, None)
+    assert a["folder"] != b["folder"] and b["folder"].endswith("-2")
+    assert files.new_folder(tmp_path, "calibrate").name == "20261206T120000Z-calibrate"
+    assert files.new_folder(tmp_path, "calibrate").name == "20261206T120000Z-calibrate-2"

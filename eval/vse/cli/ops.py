@@ -12,6 +12,7 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
+from vse.rundir.files import new_folder
 from vse.rundir.layout import (
     BISECT_JSON,
     BISECT_MD,
@@ -150,12 +151,9 @@ def cmd_trend(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from datetime import datetime, timezone
-
     from vse.orchestration import calibrate
 
-    out = Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-calibrate"
-    out.mkdir(parents=True, exist_ok=True)
+    out = new_folder(Path(args.reports), "calibrate")
     if args.runs:
         runs = [Path(r) for r in args.runs]
     else:
@@ -208,19 +206,14 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_qualify(args) -> int:
-    from datetime import datetime, timezone
-
     from vse.orchestration import qualify
 
     suite = qualify.load_suite(args.suite)
     if args.emit_pipeline:  # | buildkite-agent pipeline upload
         print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
         return 0
-    out = (
-        Path(args.out)
-        if args.out
-        else Path(args.reports) / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-qualify-{suite.name}"
-    )
+    # --out: a pipeline's entries and its index share one folder by design; else one of this run's own
+    out = Path(args.out) if args.out else new_folder(Path(args.reports), f"qualify-{suite.name}")
     log = lambda m: console.print(m, highlight=False)
     if args.entry:  # one entry of the list: a step of the dynamic pipeline
         if not 1 <= args.entry <= len(suite.runs):

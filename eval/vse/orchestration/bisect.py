@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from vse.orchestration.calibrate import server_minutes
 from vse.orchestration.qualify import in_image
 from vse.orchestration.scenario_check import load_scenario
 from vse.report import bisect as bisect_report
-from vse.rundir.files import atomic_write_text, read_json, write_json
+from vse.rundir.files import atomic_write_text, new_folder, read_json, write_json
 from vse.rundir.layout import BISECT_JSON, BISECT_MD, RunDir
 from vse.scenario.builds import Builds, load_builds
 from vse.stats.bisection import Search, Verdict, error_bound, more_than_one_change, verdict_of
@@ -125,8 +124,7 @@ def new_state(
     g = builds.index(good) if good else 0
     b = builds.index(bad) if bad else len(builds.builds) - 1
     Search(len(builds.builds), g, b)  # the ends in order
-    folder = root / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-bisect-{s.name}"
-    folder.mkdir(parents=True, exist_ok=False)
+    folder = new_folder(root, f"bisect-{s.name}")
     state = {
         "folder": str(folder),
         "scenario": scenario,

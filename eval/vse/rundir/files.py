@@ -64,8 +64,14 @@ def read_json(path: Path) -> Any:
 
 
 def new_run_dir(root: Path, scenario: str, backend: str) -> Path:
+    return new_folder(root, f"{scenario}-{backend}")
+
+
+def new_folder(root: Path, name: str) -> Path:
+    """<root>/<UTC time>-<name>, made now and this caller's alone: one made in the same second by a
+    job beside it gets -2, -3, ... (a run, a calibration, a qualification, a bisection)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(root) / f"{stamp}-{scenario}-{backend}"
+    base = Path(root) / f"{stamp}-{name}"
     path, n = base, 1
     while True:
         try:

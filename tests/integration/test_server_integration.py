@@ -347,3 +347,5 @@ def test_results_are_the_file_vllm_bench_serve_save_result_writes(live, tmp_path
     }
     assert not differ, differ
     assert ours["request_rate"] == theirs["request_rate"] == "inf"
+    # --save-detailed's texts: each request's generated text, as vLLM's bench keeps them
+    assert all(theirs["generated_texts"]) and all(ours["generated_texts"]) and len(ours["generated_texts"]) == 4

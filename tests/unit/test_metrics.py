@@ -47,6 +47,8 @@ def test_hand_computed_values():
     assert m["output_throughput"] == pytest.approx(8 / 0.211)
     assert m["chunks_per_token"] == pytest.approx(6 / 8)
     assert m["errors"].count("") == 3
+    # its per-request arrays are exactly those it names (results.json leaves them out by that name)
+    assert {k for k, v in m.items() if isinstance(v, list)} == set(metrics.PER_REQUEST)
 
 
 def test_goodput():

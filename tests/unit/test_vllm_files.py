@@ -80,6 +80,30 @@ def test_each_run_is_the_file_that_version_of_vllm_writes(tmp_path, version):
     layout = vllm_files.layout_for(version)
     assert [k for k in detailed if isinstance(detailed[k], list)] == list(layout.arrays)  # --save-detailed's arrays
     assert len(detailed["ttfts"]) == 16 and len(detailed["itls"][0]) == 31
+    assert detailed["generated_texts"] == [""] * 16  # texts not kept (workload.keep_texts off)
+
+
+def test_kept_texts_are_the_detailed_files_generated_texts(tmp_path):
+    """workload.keep_texts: each request's text stays in the raw records, and the detailed file carries
+    it in request order; without the detailed file it is nowhere in vLLM's file or the sidecar."""
+    from vse.loadgen.benchmark import _save
+    from vse.rundir.layout import ArmDir
+    from vse.rundir.records import read_jsonl
+
+    run = vllm_run(tmp_path, "0.32.0", ["vllm", "serve", "/models/m"])
+    records = read_jsonl(run / "candidate" / "bench-0.jsonl")
+    for r in records:
+        r.text = f"answer {r.index}"
+    meta = json.loads((run / "candidate" / "bench-0.meta.json").read_text())
+    _save(ArmDir(run / "candidate"), 0, [], records, meta, keep_text=True)
+    report.build(run, vllm_detailed=True)
+    first = min(p for p in (run / "candidate" / "vllm").glob("*.json") if not p.name.endswith(".vse.json"))
+    assert json.loads(first.read_text())["generated_texts"] == [f"answer {i}" for i in range(16)]
+    _save(ArmDir(run / "candidate"), 0, [], records, meta, keep_text=False)  # the default: not kept
+    report.build(run, vllm_detailed=True)
+    assert set(json.loads(first.read_text())["generated_texts"]) == {""}
+    report.build(run)
+    assert "answer 0" not in "".join(p.read_text() for p in (run / "candidate" / "vllm").iterdir())
 
 
 def test_the_layout_follows_the_version_and_an_unknown_one_takes_the_newest():

@@ -57,10 +57,6 @@ class ArmAnalysis:
         return [s.get("selected_kernel") for s in self.servers]
 
 
-# Per-request arrays stay in the raw records: at ISL=OSL=1024 they would make results.json huge.
-_ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "errors")
-
-
 def _good_fn(s: Scenario) -> Callable[[RequestRecord], bool] | None:
     g = s.workload.goodput
     if g is None:
@@ -103,7 +99,8 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         label=spec.label,
         backend=spec.backend.value,
         servers=servers,
-        repeats=[{k: v for k, v in m.items() if k not in _ARRAYS} for m in per],
+        # per-request arrays stay in the raw records: at ISL=OSL=1024 they would make results.json huge
+        repeats=[{k: v for k, v in m.items() if k not in metrics.PER_REQUEST} for m in per],
         repeats_detailed=per,
         repeat_data=[
             _without_preempted_decode(

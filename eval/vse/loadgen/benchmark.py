@@ -140,7 +140,7 @@ def run_repeat(
         "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),
     }
-    _save(arm, repeat, warm, result.records, meta)
+    _save(arm, repeat, warm, result.records, meta, keep_text=w.keep_texts)
     return RepeatResult(warm + result.records, meta)
 
 
@@ -171,10 +171,12 @@ def _warm_up(
     return warm
 
 
-def _save(arm: ArmDir, repeat: int, warm: list[RequestRecord], measured: list[RequestRecord], meta: dict) -> None:
-    # Generated text is not kept: at ISL=OSL=1024 it would double the raw data for nothing
-    # a statistic needs (the agreement probe keeps the outputs that matter).
-    write_jsonl(arm.records(repeat), warm + measured, keep_text=False)
+def _save(
+    arm: ArmDir, repeat: int, warm: list[RequestRecord], measured: list[RequestRecord], meta: dict, keep_text: bool
+) -> None:
+    # Generated text is kept only when asked (workload.keep_texts): at ISL=OSL=1024 it doubles the
+    # raw data for nothing a statistic needs (the agreement probe keeps the outputs that matter).
+    write_jsonl(arm.records(repeat), warm + measured, keep_text=keep_text)
     write_json(arm.meta(repeat), meta)  # after the records: a run is finished once its meta exists
     run_dir = arm.path.parent
     if RunDir(run_dir).run_json.is_file():  # a run directory's arm (`vse bench` writes to a plain folder)

@@ -101,10 +101,8 @@ def vllm_file(
     vLLM's file has no key for (the sidecar)."""
     rate = m.get("request_rate")
     backend = "openai-chat" if inv.endpoint == "chat" else "openai"
-    # Generated text is not kept (see benchmark.py): vLLM's key is there, with empty strings.
     values = {
         **m,
-        "generated_texts": [""] * len(m.get("ttfts", [])),
         "rtfx": 0.0,
         **{k.removeprefix("vllm_"): v for k, v in m.items() if k.startswith("vllm_")},  # vLLM's own peaks
     }

@@ -162,6 +162,10 @@ class WorkloadSpec(Strict):
     client_processes: int = Field(1, ge=1, le=64)
     # Ask vLLM for usage on every chunk (exact tokens per coalesced chunk); costs server CPU.
     usage_per_chunk: bool = False
+    # Keep each request's generated text in the raw records: vLLM's `generated_texts` in the
+    # per-run files `vse report --vllm-detailed` writes. Off, the key is there with empty strings;
+    # on, the raw data grows by the output text (at OSL=1024 about as much as the timings).
+    keep_texts: bool = False
     request_timeout_s: float = Field(3600, gt=0)
     read_timeout_s: float = Field(300, gt=0)  # no byte of a stream for this long: the server hung
 

@@ -15,6 +15,18 @@ from vse.rundir.records import RequestRecord
 from vse.scenario import Goodput
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+# compute's per-request arrays, in vLLM's names (its --save-detailed file holds them)
+PER_REQUEST = (
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "start_times",
+    "queue_times",
+    "errors",
+    "generated_texts",
+)
 TRIM = 0.1  # the decode gate's interdecile mean cuts 10% from each end of the per-token times
 _TITLES = {
     "ttft": ("TTFT", "Time to First Token"),
@@ -167,6 +179,7 @@ def compute(
         "start_times": [r.send_ns / 1e9 for r in rs],
         "queue_times": [r.queue_s for r in rs],
         "errors": [r.error for r in rs],
+        "generated_texts": [r.text for r in rs],  # empty strings unless workload.keep_texts
     }
     s = samples(records)
     for name in LATENCY_METRICS:

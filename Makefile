@@ -39,7 +39,7 @@ bool = $(strip $(if $(filter-out 0 1 true false,$($(1))),$(error $(1)=$($(1)): u
 tristate = $(if $($(1)),$(if $(call bool,$(1)),true,false))
 
 .PHONY: compare report gemm-bench history trend qualify calibrate bisect test test-unit test-integration lint setup lock \
-	setup-gpu-carry check clean-venv examples-raw locks mutate
+	setup-gpu-carry check clean-venv examples-raw locks base-images mutate
 
 # The suite's environment from the lock (requirements.lock: every package pinned with the hashes of
 # all its files, for Python 3.10-3.14 on any platform: pip checks each download against them), then
@@ -125,6 +125,11 @@ setup-gpu-carry: setup
 # (eval/vse/models/locks/): the way to move one of their pins. Setup installs from the locks only.
 locks: $(SUITE_ENV)
 	$(PY) -m vse.cli setup --refresh-locks
+
+# Read each base image's digest afresh and pin it in docker/base-images.txt (a registry reachable;
+# CONTAINER=podman where docker is not); builds use those digests. Commit the result.
+base-images:
+	bash docker/build-push.sh refresh
 
 check: $(SUITE_ENV)
 	$(PY) -m vse.cli check --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND))

@@ -66,10 +66,15 @@ drop_clean
 for _ in $(seq 50); do curl -fsS "http://$registry/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "http://$registry/v2/" >/dev/null || { echo "the local registry did not start:"; cat "$store/registry.log"; exit 1; }
 
+# The base comes from the registry, as docker/base-images.txt's do on a fleet: built FROM its digest,
+# which the image's label and every run's environment.json must name.
+base=$registry/debian-base:bookworm
+podman push -q --tls-verify=false localhost/debian-base "$base"
 err=$(mktemp)
 built=0
 CONTAINER=podman VSE_REGISTRY=$registry BUILDKITE_COMMIT=$rev PUSH_ARGS="--tls-verify=false" \
-  BUILD_ARGS="-q --network host --build-arg BASE=localhost/debian-base --build-arg TORCH_INDEX_URL= \
+  BASE=$base PULL_ARGS="--tls-verify=false" \
+  BUILD_ARGS="-q --network host --tls-verify=false --build-arg TORCH_INDEX_URL= \
     --build-arg PIP_FIND_LINKS=/opt/wheels --build-arg PIP_CERT=/etc/host-ca.crt \
     --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt -v $ca:/etc/host-ca.crt:ro -v /opt/wheels:/opt/wheels:ro" \
   bash docker/build-push.sh cpu >"$store/build.out" 2>"$err" || built=$?
@@ -84,6 +89,10 @@ if [ "$built" != 0 ]; then
 fi
 image=$(tail -1 "$store/build.out")
 echo "image built and pushed in $(( $(date +%s) - start )) s: $image"
+base_digest=$(podman image inspect --format '{{ range .RepoDigests }}{{ println . }}{{ end }}' "$base" | grep -m1 "^$registry/debian-base@sha256:")
+label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.base.digest" }}' "$image")
+[ "$label" = "${base_digest#*@}" ] || { echo "image base digest label is '$label', expected ${base_digest#*@}"; exit 1; }
+echo "built FROM $base_digest"
 size=$(podman image inspect --format '{{ .Size }}' "$image")
 echo "image size: $(( size / 1000000000 )).$(( size / 100000000 % 10 )) GB"
 [ "$size" -le $(( MAX_GB * 1000000000 )) ] || { echo "the CPU image is $size bytes, over $MAX_GB GB"; exit 1; }
@@ -127,6 +136,6 @@ case $code in 0|3) ;; *) echo "the smoke compare in the image exited $code"; exi
 grep -q "^# cpu-smoke" "$run/summary.md"
 grep -q "| baseline gsm8k samples | PASS | 4 of 4 samples evaluated |" "$run/summary.md" ||
   { echo "accuracy did not run from the image's own GSM8K"; grep -i gsm8k "$run/summary.md"; exit 1; }
-python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['image_revision']==sys.argv[2], e.get('image_revision')" \
-  "$run/environment.json" "$rev"
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['image_revision']==sys.argv[2], e.get('image_revision'); assert e['image_base']==sys.argv[3], e.get('image_base')" \
+  "$run/environment.json" "$rev" "$base_digest"
 echo "CPU image ok: revision $rev, pushed, pulled clean, smoke compare offline exit $code, $(( $(date +%s) - start )) s in all"

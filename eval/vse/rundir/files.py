@@ -193,6 +193,7 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
         "suite_git_commit": _cmd(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]),
         # An image built from docker/ carries its commit (OCI revision label, and this variable).
         "image_revision": os.environ.get("VSE_IMAGE_REVISION"),
+        "image_base": os.environ.get("VSE_IMAGE_BASE"),  # repo@sha256:... the image was built FROM
         "gpus": [g.__dict__ for g in gpus],
         "nvidia_driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
     }

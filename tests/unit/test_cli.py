@@ -3,6 +3,8 @@
 import json
 import sys
 
+import pytest
+
 from vse import cli
 from vse.analysis import load_scenario_from_run
 from vse.models import provision
@@ -268,6 +270,27 @@ def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
         Console(file=buf, force_terminal=False),
     )
     assert buf.getvalue().strip() == "setup: creating the venv ..."
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_long_step_says_when_it_starts_off_a_terminal_and_how_long_it_took_everywhere(terminal):
+    """Accuracy, the agreement probe and the kernel view show no count: off a terminal a line says what
+    the log waits for; on one a spinner with the time taken, which leaves no line behind."""
+    import io
+
+    from rich.console import Console
+
+    from vse.orchestration.arm_checks import long_step
+
+    buf = io.StringIO()
+    with long_step(Console(file=buf, force_terminal=terminal, width=200), "baseline: accuracy, lm-eval vse_count"):
+        pass
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())  # a terminal's colours and cursor moves
+    lines = [ln for ln in plain.splitlines() if "accuracy" in ln]
+    assert [ln.split("> ", 1)[-1] for ln in lines][-1] == "baseline: accuracy, lm-eval vse_count: done in 0 s"
+    assert any(ln.endswith("baseline: accuracy, lm-eval vse_count ...") for ln in lines) is not terminal
 
 
 def test_every_option_of_every_command_has_help():

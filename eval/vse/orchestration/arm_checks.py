@@ -3,9 +3,13 @@ agreement probe, the teacher-forced scores for fidelity, and the kernel view aft
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from vse.checks import accuracy, agreement_probe
 from vse.checks.fidelity import Scored
@@ -29,6 +33,23 @@ def log_line(console: Console, msg: str) -> None:
     console.print(f"[bold cyan]>[/] {msg}")
 
 
+@contextmanager
+def long_step(console: Console, what: str) -> Iterator[None]:
+    """A step that takes minutes and shows no count: on a terminal a spinner with the time it has
+    taken; elsewhere (CI, `| tee`) a line when it starts, so a log never goes silent without saying
+    what it waits for. Either way a line with its duration when it ends."""
+    t0 = time.monotonic()
+    if console.is_terminal:
+        cols = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+        with Progress(*cols, console=console, transient=True) as prog:
+            prog.add_task(what, total=None)
+            yield
+    else:
+        log_line(console, f"{what} ...")
+        yield
+    log_line(console, f"{what}: done in {time.monotonic() - t0:.0f} s")
+
+
 class ArmChecks:
     """The checks one comparison makes on a running server (accuracy, the agreement probe, the
     teacher-forced scores), and the kernel view of its backends after the runs. It starts no
@@ -46,7 +67,7 @@ class ArmChecks:
             write_json(self.layout.arm(arm).accuracy_status, {"status": "not applicable: random (dummy) weights"})
             return
         self.status.phase("accuracy", arm=arm)
-        with self.console.status(f"{arm}: lm-eval {','.join(self.s.accuracy.tasks)}"):
+        with long_step(self.console, f"{arm}: accuracy, lm-eval {', '.join(self.s.accuracy.tasks)}"):
             try:
                 res = accuracy.run(
                     self.s.accuracy,
@@ -63,7 +84,8 @@ class ArmChecks:
                 raise
         write_json(self.layout.arm(arm).accuracy_status, {"status": "done"})
         seal.add(self.run_dir, [out / ACCURACY_RESULT, self.layout.arm(arm).accuracy_status])
-        self.console.print(res.table)
+        self.console.print(f"{arm} ({self.s.server_arms()[arm].label}), lm-eval:", highlight=False)
+        self.console.print(res.table, highlight=False)
 
     def agreement(self, arm: str, srv: VllmServer, score_texts: list[str]) -> None:
         """score_texts: run 0's first prompts, scored teacher-forced where the scenario names a reference."""
@@ -80,15 +102,16 @@ class ArmChecks:
         probes = (
             [] if arm == "reference" else [(d.agreement, 8)] + ([(d.agreement_self, 1)] if arm == "baseline" else [])
         )
-        comps: list = [
-            c
-            for f, conc in probes
-            for c in agreement_probe.collect(
-                srv.url, self.s.model.served_name, self.s.agreement, f, concurrency=conc, api_key=key
-            )
-        ]
-        if self.s.agreement.reference is not None:
-            comps += self.score(arm, srv, score_texts)
+        with long_step(self.console, f"{arm}: agreement probe, {self.s.agreement.num_prompts} prompts"):
+            comps: list = [
+                c
+                for f, conc in probes
+                for c in agreement_probe.collect(
+                    srv.url, self.s.model.served_name, self.s.agreement, f, concurrency=conc, api_key=key
+                )
+            ]
+            if self.s.agreement.reference is not None:
+                comps += self.score(arm, srv, score_texts)
         errs = [c.error for c in comps if c.error]
         if errs:
             srv.assert_alive()
@@ -120,7 +143,7 @@ class ArmChecks:
             return
         self.status.phase("gemm-bench")
         try:
-            with self.console.status(f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
+            with long_step(self.console, f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
                 gemm_report.write_reports(
                     gemm_bench.run(self.s, out, tuple(kinds), timeout_s=GEMM_VIEW_TIMEOUT_S), out, self.s
                 )

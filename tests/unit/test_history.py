@@ -261,6 +261,30 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
             night(c, f"night-{n:02d}", f"2026-12-{n - 29:02d}T02:00:00+00:00", 9_409 * (1 + 0.001 * (n % 3)))
     code, out, _ = trend_cmd()
     assert code == 1 and "% from night-30" in out and "**regression**" in out, out[-2000:]
+    # accepted by what a bisection of those nights found: its answer is the recorded reason
+    bis = tmp_path / "20261210T080000Z-bisect-nightly"
+    bis.mkdir()
+    step = {
+        "build": "g000001e",
+        "changes": {"output_throughput": {"rel_change": -0.03, "ci_low": -0.035, "ci_high": -0.025}},
+    }
+    answer = {"culprit": "g000001e", "last_good": "g000001d", "first_bad": "g000001e", "skipped": []}
+    answer |= {"decided_steps": 4, "p_wrong_at_most": 0.05, "more_than_one_change": []}
+    (bis / "bisect.json").write_text(json.dumps({"status": "running", "answer": None, "steps": [step]}))
+    code, _, err = trend_cmd("--ack", "night-30", "--metric", "output_throughput", "--bisect", bis)
+    assert code == 2 and "is not finished: it explains no change" in err
+    (bis / "bisect.json").write_text(json.dumps({"status": "done", "answer": {"culprit": None, "ends": "good"}}))
+    code, _, err = trend_cmd("--ack", "night-30", "--metric", "output_throughput", "--bisect", bis)
+    assert code == 2 and "found no regression (its bad end did not FAIL)" in err
+    (bis / "bisect.json").write_text(json.dumps({"status": "done", "answer": answer, "steps": [step]}))
+    code, _, err = trend_cmd("--ack", "night-30", "--metric", "output_throughput", "--bisect", bis, "--by", "oncall")
+    assert code == 0, err
+    code, out, _ = trend_cmd()
+    assert code == 0, out[-2000:]
+    assert (
+        f"accepted by oncall (vse bisect ({bis}): culprit g000001e, after g000001d; "
+        "output_throughput -3.00% [-3.50%, -2.50%]; chance wrong at most 5%)" in out
+    )
 
 
 def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_again_when_not(tmp_path, monkeypatch):

@@ -232,7 +232,12 @@ def _add_trend(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--examples", action="store_true", help="with --ingest: committed examples too")
     tr.add_argument("--ack", default="", help="accept the change first seen in this run (identity or name)")
     tr.add_argument("--metric", default="", help="with --ack: the metric whose change is accepted")
-    tr.add_argument("--why", default="", help="with --ack: why it is accepted (required)")
+    tr.add_argument("--why", default="", help="with --ack: why it is accepted (required, unless --bisect gives it)")
+    tr.add_argument(
+        "--bisect",
+        default="",
+        help="with --ack: a finished `vse bisect` folder whose answer (culprit, evidence) is the reason recorded",
+    )
     tr.add_argument("--by", default="", help="with --ack: who (default $BUILDKITE_BUILD_CREATOR or $USER)")
     tr.set_defaults(fn=cmd_trend)
 

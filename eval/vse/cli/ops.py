@@ -12,7 +12,7 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
-from vse.rundir.files import new_folder
+from vse.rundir.files import new_folder, read_json
 from vse.rundir.layout import (
     BISECT_JSON,
     BISECT_MD,
@@ -134,7 +134,8 @@ def cmd_trend(args) -> int:
         if not args.metric:
             raise SuiteError("--ack needs --metric: which series' change was accepted")
         who = args.by or os.environ.get("BUILDKITE_BUILD_CREATOR") or os.environ.get("USER") or "unknown"
-        ack = history.accept(db, args.ack, args.metric, who, args.why, datetime.now(timezone.utc).isoformat())
+        why = "; ".join(x for x in (_bisection_finding(args.bisect) if args.bisect else "", args.why) if x)
+        ack = history.accept(db, args.ack, args.metric, who, why, datetime.now(timezone.utc).isoformat())
         console.print(f"accepted: {ack.metric} from run {ack.run}, by {ack.by}: {ack.why}", highlight=False)
         return ExitCode.OK
     walk, refused = ingest_walk(db, [Path(r) for r in args.ingest], args.examples) if args.ingest else ([], 0)
@@ -148,6 +149,24 @@ def cmd_trend(args) -> int:
     if refused:
         return ExitCode.RUN_FAILED
     return ExitCode.GATE_FAILED if any(s.open_regression() for s in series) else ExitCode.OK
+
+
+def _bisection_finding(folder: str) -> str:
+    """A finished bisection's answer, as the reason an accepted change is accepted."""
+    from vse.report import bisect as bisect_report
+
+    path = Path(folder) / BISECT_JSON
+    if not path.is_file():
+        raise SuiteError(f"--bisect {folder}: no {BISECT_JSON}: not a bisection folder")
+    state = read_json(path)
+    found = bisect_report.finding(state, folder)
+    if found is None:
+        raise SuiteError(
+            f"--bisect {folder}: the bisection "
+            + ("is not finished" if state.get("status") != "done" else "found no regression (its bad end did not FAIL)")
+            + ": it explains no change"
+        )
+    return found
 
 
 def cmd_calibrate(args) -> int:

@@ -34,6 +34,23 @@ def _headline(state: dict[str, Any]) -> str:
     )
 
 
+def finding(state: dict[str, Any], folder: str) -> str | None:
+    """The bisection's answer in one line, as `vse trend --ack --bisect` records it as the reason
+    a change was accepted; None while it runs or when its bad end did not FAIL (nothing found)."""
+    a = state.get("answer")
+    if state.get("status") != "done" or a is None or "ends" in a:
+        return None
+    steps = {s["build"]: s for s in state["steps"]}
+    if a["culprit"]:
+        evidence = _change(steps[a["culprit"]]) if a["culprit"] in steps else ""
+        line = f"vse bisect ({folder}): culprit {a['culprit']}, after {a['last_good']}" + (
+            f"; {evidence}" if evidence else ""
+        )
+    else:
+        line = f"vse bisect ({folder}): after {a['last_good']}, up to {a['first_bad']} (undecided: {', '.join(a['skipped'])})"
+    return line + f"; chance wrong at most {a['p_wrong_at_most']:.0%}"
+
+
 def _change(step: dict[str, Any]) -> str:
     parts = []
     for key, c in step.get("changes", {}).items():

@@ -4,6 +4,7 @@ skips, bisect.md, and a cancel resumed to the same answer."""
 
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -267,3 +268,19 @@ def test_two_bisections_started_in_one_second_get_folders_of_their_own(tmp_path,
     assert a["folder"] != b["folder"] and b["folder"].endswith("-2")
     assert files.new_folder(tmp_path, "calibrate").name == "20261206T120000Z-calibrate"
     assert files.new_folder(tmp_path, "calibrate").name == "20261206T120000Z-calibrate-2"
+
+
+# -- builds as wheels (installing them for real: tests/integration/test_bisect_wheels.py) --------------
+
+
+@pytest.mark.parametrize(
+    "spec, said",
+    [
+        ({"wheel_template": "https://w/x.whl", "builds": [{"id": "a"}, {"id": "b"}]}, "it needs {id}"),
+        ({"builds": [{"id": "a", "python": "p", "wheel": "w.whl"}, {"id": "b", "python": "p"}]}, "one of python"),
+    ],
+)
+def test_a_template_without_the_id_and_a_build_with_two_installs_are_refused(tmp_path, spec, said):
+    (tmp_path / "b.yaml").write_text(json.dumps(spec))
+    with pytest.raises(ScenarioError, match=re.escape(said)):
+        load_builds(tmp_path / "b.yaml")

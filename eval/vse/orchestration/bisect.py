@@ -21,6 +21,7 @@ from typing import Any
 
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
+from vse.models import provision
 from vse.orchestration.calibrate import server_minutes
 from vse.orchestration.qualify import in_image
 from vse.orchestration.scenario_check import load_scenario
@@ -50,9 +51,25 @@ def step_args(state: dict[str, Any], builds: Builds, i: int, base_run: str | Non
         str(Path(state["folder"]) / "runs" / builds.builds[i].id),
     ]
     argv += [a for x in state["sets"] for a in ("--set", x)]
-    argv += ["--set", "arms.baseline=" + json.dumps(good.arm_settings(base))]
-    argv += ["--set", "arms.candidate=" + json.dumps(builds.builds[i].arm_settings(base))]
+    envs = envs_of(state)
+    argv += ["--set", "arms.baseline=" + json.dumps(good.arm_settings(base, envs))]
+    argv += ["--set", "arms.candidate=" + json.dumps(builds.builds[i].arm_settings(base, envs))]
     return argv + (["--base-run", base_run] if base_run else [])
+
+
+def envs_of(state: dict[str, Any]) -> Path:
+    """Where the wheel builds' environments are made: the bisection's folder (each agent its own copy)."""
+    return Path(state["folder"]) / "envs"
+
+
+def install_wheels(state: dict[str, Any], builds: Builds, indices: Sequence[int], log: Callable[[str], None]) -> None:
+    """The wheel builds among these, each installed once into its environment over wheel_python's
+    packages; a wheel that cannot be installed ends the bisection with the build named."""
+    for i in indices:
+        b = builds.builds[i]
+        if b.wheel is not None and not provision.wheel_env_ready(b.env(envs_of(state))):
+            log(f"bisect: {b.id}: installing {b.wheel}")
+            provision.install_wheel_env(b.env(envs_of(state)), b.wheel, builds.wheel_python)
 
 
 def step_run_dir(state: dict[str, Any], build_id: str) -> Path | None:
@@ -130,6 +147,7 @@ def new_state(
         "scenario": scenario,
         "sets": list(sets),
         "builds": [x.model_dump(mode="json", exclude_none=True) for x in builds.builds],
+        "wheel_python": builds.wheel_python,
         "good": g,
         "bad": b,
         "bad_id": builds.builds[b].id,
@@ -149,7 +167,9 @@ def resume_state(folder: Path) -> tuple[dict[str, Any], Builds]:
         raise SuiteError(f"{folder}: no {BISECT_JSON}: not a bisection folder")
     state = read_json(folder / BISECT_JSON)
     state["folder"] = str(folder)  # a folder copied elsewhere resumes where it is now
-    return state, Builds.model_validate({"builds": state["builds"]})
+    return state, Builds.model_validate(
+        {"builds": state["builds"], "wheel_python": state.get("wheel_python", "python3")}
+    )
 
 
 def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> dict:
@@ -161,10 +181,12 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
         log(f"bisect: {bid}: its comparison {earlier} ended before the bisection recorded it: taken as it is")
         code = ended
     elif earlier is not None:
+        install_wheels(state, builds, [state["good"], i], log)
         log(f"bisect: {bid}: resuming its comparison {earlier}")
         code = runner(["compare", "--resume", str(earlier)])
     else:
         first = i == state["bad"] and not state["steps"]
+        install_wheels(state, builds, [state["good"], i], log)
         log(f"bisect: {bid} ({'the bad end, checked first' if first else f'build {i} of 0..{len(builds.builds) - 1}'})")
         code = runner(step_args(state, builds, i, None if first else state["steps"][0]["run"]))
     run_dir = step_run_dir(state, bid)

@@ -12,7 +12,7 @@ from vse.gemm import bench as gemm_bench
 from vse.gemm.shapes import ShapeError, llama_shapes, token_counts
 from vse.models import sources
 from vse.orchestration.scenario_check import load_scenario
-from vse.report import gemm as gemm_report
+from vse.report import kernel_view
 from vse.scenario import Architecture, GeneratedModel
 
 RECORDED = ROOT / "reports" / "examples" / "h200-gemm" / "gemm.json"
@@ -91,14 +91,14 @@ def test_plan_for_the_h200_scenario():
 
 def test_reports_from_recorded_h200_timings(tmp_path):
     res = json.loads(RECORDED.read_text())
-    r = gemm_report.ratios(res, 128)
+    r = kernel_view.ratios(res, 128)
     # On the H200, torch._scaled_mm was faster than CUTLASS at decode sizes and slower at prefill:
     # the kernel-level side of the end-to-end A/B (TPOT better, first-wave TTFT worse).
     assert r["torch"]["decode"] > 1 > r["torch"]["prefill"]
-    md = gemm_report.markdown(res, 128, "h200")
+    md = kernel_view.markdown(res, 128, "h200")
     assert "Measured FP8 ceiling" in md and "1,979 TFLOP/s" in md and "## gate_up: K=4096, N=28672" in md
     assert all(x["max_rel_error"] < 0.02 for x in res["results"] if "us" in x)  # checked before timing
-    svg = gemm_report.plot_svg(res)
+    svg = kernel_view.plot_svg(res)
     assert svg.count("<svg") == 1 and "measured ceiling" in svg
 
 
@@ -107,13 +107,13 @@ def test_the_error_table_shows_cutlass_accumulating_less_exactly_than_torch():
     projection (K = 14336) and torch._scaled_mm 0.33%, about bf16's own rounding: the kernel-level
     reason two arms' greedy outputs disagree (README, agreement)."""
     res = json.loads(RECORDED.read_text())
-    table = "\n".join(gemm_report.error_lines(res))
+    table = "\n".join(kernel_view.error_lines(res))
     assert (
         "| cutlass | 0.60% | 0.67% | 0.65% | 1.16% |" in table and "| torch | 0.33% | 0.33% | 0.31% | 0.33% |" in table
     )
     assert table.index("| cutlass") < table.index("| flashinfer") < table.index("| torch")
     no_err = {**res, "results": [{k: v for k, v in r.items() if k != "max_rel_error"} for r in res["results"]]}
-    assert gemm_report.error_lines(no_err) == []
+    assert kernel_view.error_lines(no_err) == []
 
 
 def test_refuses_without_a_gpu(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from vse.errors import ScenarioError
 from vse.orchestration.scenario_check import load_scenario
 from vse.server import planted
-from vse.server.plugins import PLUGINS
+from vse.server.plugin_staging import PLUGINS
 
 sys.path.insert(0, str(PLUGINS / "vse-planted-slowdown"))
 plugin = importlib.import_module("vse_planted_slowdown")

@@ -98,16 +98,16 @@ def cmd_bench(args) -> int:
 
 def cmd_gemm_bench(args) -> int:
     from vse.gemm import bench as gemm_bench
-    from vse.report import gemm as gemm_report
+    from vse.report import kernel_view
 
     s = load_scenario(args.scenario, overrides=args.set)
     out = Path(args.out)
     if args.report_only:  # rebuild gemm.md / gemm.html from a gemm.json measured before
         import json
 
-        gemm_report.write_reports(json.loads(GemmDir(out).result.read_text()), out, s)
+        kernel_view.write_reports(json.loads(GemmDir(out).result.read_text()), out, s)
     else:
-        gemm_report.write_reports(gemm_bench.run(s, out, tuple(args.backends.split(","))), out, s)
+        kernel_view.write_reports(gemm_bench.run(s, out, tuple(args.backends.split(","))), out, s)
     print(GemmDir(out).markdown.read_text())
     return 0
 

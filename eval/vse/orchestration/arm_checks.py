@@ -15,7 +15,7 @@ from vse.checks import accuracy, agreement_probe
 from vse.checks.fidelity import Scored
 from vse.errors import SuiteError
 from vse.gemm import bench as gemm_bench
-from vse.report import gemm as gemm_report
+from vse.report import kernel_view
 from vse.rundir import seal
 from vse.rundir.files import RunStatus, write_json
 from vse.rundir.layout import ACCURACY_RESULT, GemmDir, RunDir
@@ -144,7 +144,7 @@ class ArmChecks:
         self.status.phase("gemm-bench")
         try:
             with long_step(self.console, f"gemm-bench: {', '.join(kinds)} on the model's FP8 shapes"):
-                gemm_report.write_reports(
+                kernel_view.write_reports(
                     gemm_bench.run(self.s, out, tuple(kinds), timeout_s=GEMM_VIEW_TIMEOUT_S), out, self.s
                 )
             log_line(self.console, f"gemm-bench: {out}/gemm.md")

@@ -13,12 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from vse.analysis import Analysis, ArmAnalysis, fmt_pct
-from vse.report import (
-    gemm,
-    markdown,
-    sweep,
-    telemetry,
-)
+from vse.report import gpu_view, kernel_view, markdown, sweep
 from vse.report.plots import plt, svg
 from vse.scenario import ARMS
 from vse.stats.metrics import measured
@@ -215,7 +210,7 @@ def render(a: Analysis) -> str:
         plots.insert(0, ("Relative change with 95% confidence intervals", change_plot(a)))
         if (sp := starts_plot(a)) is not None:
             plots.insert(1, ("Run-level values by server start (the replication unit)", sp))
-    if (fig := telemetry.plot(have_bench, COLORS)) is not None:
+    if (fig := gpu_view.plot(have_bench, COLORS)) is not None:
         plots.append(("GPU power and SM clock (NVML)", _svg(fig)))
     if (sw := sweep.plot_svg(a)) is not None:
         plots.insert(0, ("Load sweep: throughput against latency per arm", Markup(sw)))
@@ -223,7 +218,7 @@ def render(a: Analysis) -> str:
         plots.append(
             (
                 f"FP8 GEMMs of this model on this GPU (TFLOP/s against M; make gemm-bench, {a.gemm_source})",
-                Markup(gemm.plot_svg(a.gemm)),
+                Markup(kernel_view.plot_svg(a.gemm)),
             )
         )
     acc = accuracy_plot(arms)
@@ -247,12 +242,12 @@ def render(a: Analysis) -> str:
         roles=markdown.gated_roles(a),
         design=markdown.design_text(a) if a.comparison else "",
         workload=markdown.workload_text(a),
-        telemetry_header=telemetry.HEADER,
-        telemetry_rows=telemetry.rows(a),
-        telemetry_missing=telemetry.missing(a),
-        gemm_header=gemm.PREDICTION_HEADER,
-        gemm_rows=gemm.prediction_rows(a.gemm_prediction, a.comparison) if a.gemm_prediction else [],
-        gemm_text=gemm.prediction_text(a.gemm_prediction, a.gemm_prediction_note),
+        telemetry_header=gpu_view.HEADER,
+        telemetry_rows=gpu_view.rows(a),
+        telemetry_missing=gpu_view.missing(a),
+        gemm_header=kernel_view.PREDICTION_HEADER,
+        gemm_rows=kernel_view.prediction_rows(a.gemm_prediction, a.comparison) if a.gemm_prediction else [],
+        gemm_text=kernel_view.prediction_text(a.gemm_prediction, a.gemm_prediction_note),
         sweep_header=sweep.HEADER,
         sweep_rows=sweep.table_rows(a),
         sweep_intro=sweep.INTRO,

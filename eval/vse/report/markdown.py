@@ -8,7 +8,7 @@ import math
 from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
-from vse.report import gemm, sweep, telemetry
+from vse.report import gpu_view, kernel_view, sweep
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
 from vse.stats.registry import keys_for
@@ -372,14 +372,14 @@ def _health(a: Analysis) -> list[str]:
                 f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                 f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
             )
-    return L + [""] + telemetry.markdown_lines(a)
+    return L + [""] + gpu_view.markdown_lines(a)
 
 
 def _tail(a: Analysis) -> list[str]:
     L: list[str] = []
     if a.gemm:
-        L += gemm.compare_section(a.gemm, a.scenario.server.max_num_seqs, a.gemm_source)
-        L += gemm.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
+        L += kernel_view.compare_section(a.gemm, a.scenario.server.max_num_seqs, a.gemm_source)
+        L += kernel_view.prediction_lines(a.gemm_prediction, a.gemm_prediction_note, a.comparison)
     gemm_arg = f" GEMM={a.gemm_source}" if a.gemm and a.gemm_source != "same run" else ""
     return L + [f"_Rebuild with `make report RUN={a.run_dir}{gemm_arg}`._", ""]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vse.errors import SuiteError
 from vse.scenario import ArmSpec
-from vse.server import plugins
+from vse.server import plugin_staging
 
 PACKAGE = "vse_planted_slowdown"
 ENV = "VSE_PLANTED_SLOWDOWN"
@@ -20,12 +20,15 @@ LABEL = "calibration arm: a planted slowdown of known size, not a real candidate
 
 
 def stage(dest: Path) -> str:
-    return plugins.stage("vse-planted-slowdown", PACKAGE, dest)
+    return plugin_staging.stage("vse-planted-slowdown", PACKAGE, dest)
 
 
 def server_env(plugin_path: str, spec: ArmSpec, environ: dict[str, str]) -> dict[str, str]:
     assert spec.planted_slowdown is not None
-    return {"PYTHONPATH": plugins.pythonpath(plugin_path, environ), ENV: json.dumps(spec.planted_slowdown.model_dump())}
+    return {
+        "PYTHONPATH": plugin_staging.pythonpath(plugin_path, environ),
+        ENV: json.dumps(spec.planted_slowdown.model_dump()),
+    }
 
 
 def applied_line(log_text: str) -> str | None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from vse.backends import Backend
 from vse.scenario import ArmSpec
-from vse.server import plugins
+from vse.server import plugin_staging
 
-PLUGIN_DIR = plugins.PLUGINS / "vse-flashinfer-hopper"
+PLUGIN_DIR = plugin_staging.PLUGINS / "vse-flashinfer-hopper"
 PACKAGE = "vse_flashinfer_hopper"
 ENV = "VSE_FLASHINFER_WHATIF"
 MIN_CC = (8, 9)
@@ -33,11 +33,11 @@ TACTICS_NOTE = {
 
 def stage(dest: Path) -> str:
     """The plugin and its entry point in dest; returns the directory for the server's PYTHONPATH."""
-    return plugins.stage("vse-flashinfer-hopper", PACKAGE, dest)
+    return plugin_staging.stage("vse-flashinfer-hopper", PACKAGE, dest)
 
 
 def server_env(plugin_path: str, environ: dict[str, str]) -> dict[str, str]:
-    return {"PYTHONPATH": plugins.pythonpath(plugin_path, environ), ENV: "1"}
+    return {"PYTHONPATH": plugin_staging.pythonpath(plugin_path, environ), ENV: "1"}
 
 
 _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})"

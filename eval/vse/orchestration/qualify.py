@@ -166,11 +166,18 @@ def aggregate(suite: Suite, out: Path) -> int:
     return code
 
 
+# The gate families whose FAILs carry a p-value and are controlled together across a release:
+# performance gates, and accuracy keys (each key a test, Tango's score test at the margin; gsm8k's
+# two keys in the same family as every other test). Fidelity (a ratio interval) and agreement (a
+# threshold, no level) have none and stand as their runs decided them.
+RELEASE_FAMILIES = (GateFamily.PERFORMANCE.value, GateFamily.ACCURACY.value)
+
+
 def demote_unsupported_fails(results: list[dict]) -> None:
     """Release-level error control on the FAIL side (stats.decide.standing_fails): every
-    performance gate of every entry is one test. Each entry gets release_exit_code: its own exit
-    code, or INCONCLUSIVE with a note when its FAILs are all performance gates that do not stand
-    across the release. Its own run keeps its verdict; PASS, accuracy and every other gate are
+    performance gate and every paired accuracy key of every entry is one test in one family. Each
+    entry gets release_exit_code: its own exit code, or INCONCLUSIVE with a note when none of its
+    FAILs stands across the release. Its own run keeps its verdict; PASS and the other gates are
     untouched."""
     for r in results:
         r["release_exit_code"] = r["exit_code"]
@@ -179,7 +186,7 @@ def demote_unsupported_fails(results: list[dict]) -> None:
         for i, r in enumerate(results)
         if r.get("gate_alpha")
         for g in r.get("gates", [])
-        if g.get("family") == GateFamily.PERFORMANCE.value and g.get("p_fail") is not None
+        if g.get("family") in RELEASE_FAMILIES and g.get("p_fail") is not None
     ]
     stands = standing_fails([(g["p_fail"], results[i]["gate_alpha"]) for i, g in tests])
     for (_, g), ok in zip(tests, stands):
@@ -189,8 +196,8 @@ def demote_unsupported_fails(results: list[dict]) -> None:
         if r["exit_code"] == ExitCode.GATE_FAILED and fails and all(g.get("release_stands") is False for g in fails):
             r["release_exit_code"] = ExitCode.INCONCLUSIVE
             r["release_note"] = (
-                f"its FAIL does not stand across the release's {len(tests)} performance tests (Holm over "
-                "every entry's gates): INCONCLUSIVE here, FAIL in its own report"
+                f"its FAIL does not stand across the release's {len(tests)} performance and accuracy tests "
+                "(Holm over every entry's gates): INCONCLUSIVE here, FAIL in its own report"
             )
 
 

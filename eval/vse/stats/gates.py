@@ -28,7 +28,8 @@ class GateResult:
     detail: str
     more_starts: int | None = None
     metric: str | None = None  # the comparison metric a performance gate decides
-    p_fail: float | None = None  # a performance gate's p of "beyond the margin", before any Holm
+    # p of "beyond the margin", before any Holm: performance gates, and accuracy keys paired per question
+    p_fail: float | None = None
     family: GateFamily | None = None  # what it decides; set by the gate function that made it
 
 
@@ -125,6 +126,7 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
         if bq and cq:
             p = prop.pair({int(k): bool(v) for k, v in bq.items()}, {int(k): bool(v) for k, v in cq.items()})
             lo, hi = prop.tango_paired(p, alpha)
+            p_fail: float | None = prop.tango_p_below(p, -margin)
             n, kb = p.n, p.both + p.base_only
             how = (
                 f"paired on {p.n} questions: {p.base_only} only the baseline got right, {p.cand_only} only the "
@@ -134,6 +136,7 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
             (nb, _), (nc, _) = _n_effective(base, key), _n_effective(cand, key)
             kb, kc = round(base.scores[key] * nb), round(cand.scores[key] * nc)
             lo, hi = prop.newcombe_unpaired(kb, nb, kc, nc, alpha)
+            p_fail = None  # Newcombe's interval has no test to give one: left out of a release's control
             n, how = nb, f"unpaired ({nb} and {nc} questions; no per-question records)"
         diff = cand.scores[key] - base.scores[key]
         if n == 0 or kb / n < margin:  # the candidate cannot drop by the margin from there
@@ -151,6 +154,7 @@ def accuracy_noninferiority(base: AccuracyResult, cand: AccuracyResult, gates: G
                 name,
                 outcome,
                 f"diff {diff:+.4f}, {100 * (1 - alpha):.0f}% interval [{lo:+.4f}, {hi:+.4f}] vs -{margin}; {how}",
+                p_fail=p_fail,
             )
         )
     return out

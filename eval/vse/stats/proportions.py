@@ -84,24 +84,40 @@ def tango_paired(p: Paired, alpha: float = 0.05) -> tuple[float, float]:
     asymptotic score interval, each bound the difference at which the score statistic (with the
     discordant cell's maximum-likelihood estimate restricted to that difference) equals -z or z.
     Reference: (59, 6, 16, 80) -> [-0.1240, -0.0054] (Fagerland, Lydersen and Laake 2017, ch. 8)."""
-    n, gain, loss = p.n, p.cand_only, p.base_only
+    n = p.n
     if n == 0:
         return -1.0, 1.0
     z = float(sps.norm.ppf(1 - alpha / 2))
-    est = (gain - loss) / n
+    est = (p.cand_only - p.base_only) / n
 
     def score(d: float) -> float:
-        b = -gain - loss + (2 * n - gain + loss) * d
-        c = -loss * d * (1 - d)
-        q = (math.sqrt(max(b * b - 8 * n * c, 0.0)) - b) / (4 * n)  # P(baseline only) under d
-        var = n * (2 * q + d * (1 - d))
-        num = gain - loss - n * d
-        return num / math.sqrt(var) if var > 0 else math.copysign(math.inf, num)
+        return _tango_score(p, d)
 
     tol = 1e-9
     lo = -1.0 if est == -1 else float(optimize.brentq(lambda d: score(d) - z, -1 + tol, 1 - tol, xtol=1e-10))
     hi = 1.0 if est == 1 else float(optimize.brentq(lambda d: score(d) + z, -1 + tol, 1 - tol, xtol=1e-10))
     return lo, hi
+
+
+def _tango_score(p: Paired, d: float) -> float:
+    """Tango's score statistic for candidate - baseline = d (the discordant cell's maximum-likelihood
+    estimate restricted to d); it falls as d rises."""
+    n, gain, loss = p.n, p.cand_only, p.base_only
+    b = -gain - loss + (2 * n - gain + loss) * d
+    c = -loss * d * (1 - d)
+    q = (math.sqrt(max(b * b - 8 * n * c, 0.0)) - b) / (4 * n)  # P(baseline only) under d
+    var = n * (2 * q + d * (1 - d))
+    num = gain - loss - n * d
+    return num / math.sqrt(var) if var > 0 else math.copysign(math.inf, num)
+
+
+def tango_p_below(p: Paired, d0: float) -> float:
+    """One-sided p of "candidate - baseline is below d0" (Tango's score test): the interval at
+    two-sided alpha lies wholly below d0 exactly when this is at most alpha / 2, so a
+    non-inferiority FAIL at margin m is p <= alpha / 2 with d0 = -m."""
+    if p.n == 0:
+        return 1.0
+    return float(sps.norm.cdf(_tango_score(p, d0)))
 
 
 def mcnemar_exact(p: Paired) -> float:

@@ -446,3 +446,43 @@ def test_the_bisect_pipeline_plans_its_first_round_and_every_round_is_valid_shel
                 ["bash", "-n", "-e", "-c", as_agent_runs_it(s["command"])], capture_output=True, text=True
             )
             assert r.returncode == 0, (s["key"], r.stderr)
+
+
+def test_the_nightlys_opt_in_bisection_plans_the_trends_regression_or_says_there_is_none(agent, tmp_path):
+    """nightly.yml's bisect step as an agent runs it, after a trend that found a regression: the
+    vLLM commits between the two nights (a clone on the host), each a wheel from the template, the
+    regressed arm on both sides; its first round uploaded. With no open regression it uploads nothing."""
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+    repo = tmp_path / "vllm.git"
+    repo.mkdir()
+    git("init", "-q")
+    shas = []
+    for i in range(5):
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", f"c{i}")
+        shas.append(git("rev-parse", "HEAD").stdout.strip())
+    reg = {"scenario": "cpu-smoke", "arm": "candidate", "backend": "none", "series": "cpu-smoke / candidate"}
+    reg |= {"metric": "output_throughput", "change_pct": -3.0}
+    reg |= {"last_good": {"run": "n1", "vllm": f"0.26.1.dev1+g{shas[0][:9]}"}}
+    reg |= {"first_bad": {"run": "n2", "vllm": f"0.26.1.dev5+g{shas[4][:9]}"}}
+    artifacts = tmp_path / "artifacts"
+    (artifacts / "reports" / "trend").mkdir(parents=True)
+    trend = artifacts / "reports" / "trend" / "trend.json"
+    trend.write_text(json.dumps({"open_regressions": [reg]}))
+    step = steps("nightly.yml")["bisect"]
+    assert step["if"] == 'build.env("VSE_BISECT_WHEELS") != null'  # opt-in
+    env = {"ARTIFACTS": str(artifacts), "VSE_VLLM_GIT": str(repo), "BISECT_AGENTS": "2"}
+    code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
+    assert code == 0, out[-2000:]
+    (state,) = (agent.work / "reports").glob("*-bisect-cpu-smoke/bisect.json")
+    s = json.loads(state.read_text())
+    assert [b["id"] for b in s["builds"]] == shas and s["builds"][2]["wheel"] == f"file:///w/{shas[2]}.whl"
+    assert s["arm"] == "candidate"
+    round_ = yaml.safe_load((agent.work / "reports" / "bisect-round.yml").read_text())["steps"]
+    assert f"--only {shas[4]}" in round_[0]["command"]
+    calls = (tmp_path / "agent.log").read_text().splitlines()
+    assert "pipeline upload reports/bisect-round.yml" in calls
+    (tmp_path / "agent.log").unlink()
+    trend.write_text(json.dumps({"open_regressions": []}))
+    code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
+    assert code == 0 and "holds no open regression: nothing to bisect" in out, out[-2000:]
+    assert not any(c.startswith("pipeline upload") for c in (tmp_path / "agent.log").read_text().splitlines())

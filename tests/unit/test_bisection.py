@@ -6,12 +6,13 @@ import json
 import math
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT
 
-from vse.errors import ScenarioError
+from vse.errors import ScenarioError, SuiteError
 from vse.exitcodes import ExitCode
 from vse.orchestration import bisect
 from vse.scenario.builds import load_builds
@@ -284,3 +285,63 @@ def test_a_template_without_the_id_and_a_build_with_two_installs_are_refused(tmp
     (tmp_path / "b.yaml").write_text(json.dumps(spec))
     with pytest.raises(ScenarioError, match=re.escape(said)):
         load_builds(tmp_path / "b.yaml")
+
+
+# -- from the nightly's trend: the regression's nights, the vLLM commits between them ----------------
+
+
+def test_a_nights_vllm_version_names_its_commit_or_its_release_tag():
+    assert bisect.commit_of("0.26.1.dev19+g3f2a9c1") == "3f2a9c1"
+    assert bisect.commit_of("0.11.1rc2.dev5+gabcdef012.cu129") == "abcdef012"
+    assert bisect.commit_of("0.26.0") == "v0.26.0"
+    assert bisect.commit_of("0.32.0+cpu") is None and bisect.commit_of(None) is None
+
+
+def vllm_clone(tmp_path: Path, n: int = 6) -> tuple[Path, list[str]]:
+    """A git repository standing in for a vLLM clone: n commits on one line."""
+    import subprocess
+
+    repo = tmp_path / "vllm.git"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True, env=env)
+    repo.mkdir()
+    run("init", "-q")
+    shas = []
+    for i in range(n):
+        run("commit", "-q", "--allow-empty", "-m", f"commit {i}")
+        shas.append(run("rev-parse", "HEAD").stdout.strip())
+    run("tag", "v0.26.0", shas[0])
+    return repo, shas
+
+
+def test_the_builds_between_two_commits_are_each_a_wheel_oldest_first(tmp_path):
+    repo, shas = vllm_clone(tmp_path)
+    spec = bisect.builds_between(repo, "v0.26.0", shas[4][:7], "https://w/{id}/vllm.whl")
+    assert [b["id"] for b in spec["builds"]] == shas[:5]  # the good end, then each commit up to the bad one
+    (tmp_path / "b.yaml").write_text(json.dumps(spec))
+    assert load_builds(tmp_path / "b.yaml").builds[2].wheel == f"https://w/{shas[2]}/vllm.whl"
+    with pytest.raises(SuiteError, match=r"git rev-parse --verify 1234567\^\{commit\} in .*vllm.git: fatal"):
+        bisect.builds_between(repo, "1234567", shas[4], "x{id}")
+    with pytest.raises(SuiteError, match="does not come after"):
+        bisect.builds_between(repo, shas[4], shas[1], "x{id}")
+
+
+def test_the_trends_open_regression_becomes_a_bisection_of_its_arm_over_those_commits(tmp_path):
+    repo, shas = vllm_clone(tmp_path)
+    trend = tmp_path / "trend.json"
+    reg = {"scenario": "cpu-smoke", "arm": "candidate", "backend": "none", "series": "cpu-smoke / candidate bf16"}
+    reg |= {"metric": "output_throughput", "change_pct": -3.1}
+    reg |= {"last_good": {"run": "n19", "vllm": f"0.26.1.dev19+g{shas[1][:9]}"}}
+    reg |= {"first_bad": {"run": "n20", "vllm": f"0.26.1.dev24+g{shas[5][:9]}"}}
+    trend.write_text(json.dumps({"open_regressions": [reg]}))
+    said = []
+    state, builds = bisect.from_trend(trend, 1, repo, "file:///w/{id}.whl", [], tmp_path / "r", said.append)
+    assert [b.id for b in builds.builds] == shas[1:]
+    assert state["arm"] == "candidate" and state["baseline_arm"]["label"] == "bf16"  # the regressed arm, both sides
+    assert "vLLM " + shas[1][:9] + " (good) to " + shas[5][:9] + " (bad)" in said[0]
+    trend.write_text(json.dumps({"open_regressions": [reg | {"first_bad": {"run": "n20", "vllm": "0.32.0+cpu"}}]}))
+    with pytest.raises(SuiteError, match=r"night n20 recorded vLLM '0.32.0\+cpu', which names no commit or release"):
+        bisect.from_trend(trend, 1, repo, "x{id}", [], tmp_path / "r", said.append)
+    trend.write_text(json.dumps({"open_regressions": []}))
+    assert bisect.from_trend(trend, 1, repo, "x{id}", [], tmp_path / "r", said.append) is None
+    assert "nothing to bisect" in said[-1]

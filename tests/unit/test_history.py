@@ -246,6 +246,13 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
     assert (
         "last good night night-19 (vLLM 0.26.1.dev19+g0000013), first bad night-20 (vLLM 0.26.1.dev20+g0000014)" in out
     )
+    # the same, for a machine: what `vse bisect --from-trend` reads
+    (reg,) = json.loads((tmp_path / "t" / "trend.json").read_text())["open_regressions"]
+    assert (reg["metric"], reg["last_good"]["vllm"], reg["first_bad"]["run"]) == (
+        "output_throughput",
+        "0.26.1.dev19+g0000013",
+        "night-20",
+    )
     code, _, err = trend_cmd("--ack", "night-20", "--metric", "output_throughput")
     assert code == 2 and "needs a reason" in err
     code, _, err = trend_cmd("--ack", "night-2", "--metric", "output_throughput", "--why", "x")

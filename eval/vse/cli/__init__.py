@@ -293,6 +293,12 @@ def _add_bisect(sub: argparse._SubParsersAction) -> None:
     bi = sub.add_parser("bisect", help="the first build of an ordered list that FAILs against the good end")
     _scenario_args(bi)
     bi.add_argument("--builds", default="", help="YAML: builds: [{id, python | command, arm}], oldest first")
+    bi.add_argument("--from-trend", default="", help="a nightly's trend.json: bisect its open regression")
+    bi.add_argument("--series", type=int, default=1, help="with --from-trend: which open regression (1-based)")
+    bi.add_argument("--vllm-git", default="", help="with --from-trend: a vLLM clone holding both nights' commits")
+    bi.add_argument(
+        "--wheel-template", default="", help="with --from-trend: a commit's wheel, {id} for the commit (docs/bisect.md)"
+    )
     bi.add_argument("--good", default="", help="the known-good build's id (default: the first)")
     bi.add_argument("--bad", default="", help="the known-bad build's id (default: the last)")
     bi.add_argument("--resume", default="", help="a bisection folder to go on with (after a cancel or a budget)")

@@ -12,7 +12,7 @@ from rich.console import Console
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
-from vse.rundir.files import new_folder, read_json
+from vse.rundir.files import new_folder, read_json, write_json
 from vse.rundir.layout import (
     BISECT_JSON,
     BISECT_MD,
@@ -22,6 +22,7 @@ from vse.rundir.layout import (
     QUALIFY_MD,
     SWEEP,
     TREND_HTML,
+    TREND_JSON,
     TREND_MD,
     RunDir,
 )
@@ -144,6 +145,7 @@ def cmd_trend(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / TREND_MD).write_text(trend.markdown(series, walk))
+    write_json(out / TREND_JSON, {"open_regressions": trend.open_regressions(series)})
     (out / TREND_HTML).write_text(trend.html(series, walk))
     print((out / TREND_MD).read_text())
     if refused:
@@ -197,15 +199,30 @@ def cmd_calibrate(args) -> int:
 def cmd_bisect(args) -> int:
     from vse.orchestration import bisect
 
+    log = lambda m: console.print(m, highlight=False)
     if args.resume:
         state, builds = bisect.resume_state(Path(args.resume))
+    elif args.from_trend:
+        if not (args.vllm_git and args.wheel_template):
+            raise SuiteError("bisect --from-trend: give --vllm-git DIR and --wheel-template URL (docs/bisect.md)")
+        made = bisect.from_trend(
+            Path(args.from_trend),
+            args.series,
+            Path(args.vllm_git),
+            args.wheel_template,
+            args.set,
+            Path(args.reports),
+            log,
+        )
+        if made is None:  # no open regression: nothing to do, and no pipeline to upload
+            return ExitCode.OK
+        state, builds = made
     elif not args.builds:
-        raise SuiteError("bisect: give --builds FILE (or --resume FOLDER)")
+        raise SuiteError("bisect: give --builds FILE (or --from-trend FILE, or --resume FOLDER)")
     else:
         state, builds = bisect.new_state(
             args.scenario, args.builds, args.set, Path(args.reports), args.good or None, args.bad or None
         )
-    log = lambda m: console.print(m, highlight=False)
     if args.only:  # one step of a fleet's round, on its agent
         return bisect.run_only(state, builds, args.only, log)
     if args.collect:

@@ -13,11 +13,14 @@ included (`vse compare --resume`)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
@@ -134,9 +137,18 @@ def write(state: dict[str, Any]) -> None:
 
 
 def new_state(
-    scenario: str, builds_path: str, sets: Sequence[str], root: Path, good: str | None, bad: str | None
+    scenario: str,
+    builds_path: str,
+    sets: Sequence[str],
+    root: Path,
+    good: str | None,
+    bad: str | None,
+    arm: str = "baseline",
+    backend: str | None = None,
 ) -> tuple[dict[str, Any], Builds]:
-    s = load_scenario(scenario, overrides=sets)  # refused here, in seconds, before any step
+    """A bisection's plan on disk. Both sides of every step run the scenario's `arm` (its baseline by
+    default; the regressed series' arm from a trend), each with its build's vLLM."""
+    s = load_scenario(scenario, backend=backend, overrides=sets)  # refused here, in seconds, before any step
     builds = load_builds(builds_path)
     g = builds.index(good) if good else 0
     b = builds.index(bad) if bad else len(builds.builds) - 1
@@ -151,7 +163,8 @@ def new_state(
         "good": g,
         "bad": b,
         "bad_id": builds.builds[b].id,
-        "baseline_arm": s.arms.baseline.model_dump(mode="json", exclude_none=True),
+        "arm": arm,
+        "baseline_arm": getattr(s.arms, arm).model_dump(mode="json", exclude_none=True),
         "alpha": s.gates.significance,
         "steps": [],
         "pending": None,
@@ -160,6 +173,77 @@ def new_state(
     }
     write(state)  # the plan is on disk before any step: a fleet's agents read it, a cancel resumes it
     return state, builds
+
+
+# -- from the nightly's trend: the regression's two nights, the vLLM commits between them --------------
+
+
+def commit_of(vllm: str | None) -> str | None:
+    """The git revision a night's vLLM version names: a dev build's commit (0.26.1.dev19+g3f2a9c1),
+    a release's tag (0.26.0 -> v0.26.0); None where the night recorded no version."""
+    if m := re.search(r"\+g([0-9a-f]{7,40})\b", vllm or ""):
+        return m[1]
+    if m := re.match(r"(\d+\.\d+\.\d+)$", vllm or ""):
+        return f"v{m[1]}"
+    return None
+
+
+def _git(repo: Path, *args: str) -> str:
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        raise SuiteError(f"git {' '.join(args)} in {repo}: {why}")
+    return r.stdout.strip()
+
+
+def builds_between(repo: Path, good: str, bad: str, template: str) -> dict[str, Any]:
+    """builds.yaml's content for the commits of a vLLM clone from `good` (the known-good end) to `bad`,
+    oldest first (`git rev-list --ancestry-path`: the commits that lead from one to the other), each a
+    wheel made from the template and its full commit id."""
+    ends = [_git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}") for rev in (good, bad)]
+    between = _git(repo, "rev-list", "--reverse", "--ancestry-path", f"{ends[0]}..{ends[1]}").split()
+    if not between:
+        raise SuiteError(f"{bad} does not come after {good} in {repo}: no commits to bisect")
+    return {"wheel_template": template, "builds": [{"id": c} for c in [ends[0], *between]]}
+
+
+def from_trend(
+    trend_json: Path,
+    series: int,
+    repo: Path,
+    template: str,
+    sets: Sequence[str],
+    root: Path,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], Builds] | None:
+    """A bisection of the trend's open regression number `series` (1-based) over the vLLM commits
+    between its last good and first bad nights (wheels from the template); None where the trend has
+    no open regression."""
+    regressions = read_json(trend_json).get("open_regressions", [])
+    if not regressions:
+        log(f"bisect: {trend_json} holds no open regression: nothing to bisect")
+        return None
+    if not 1 <= series <= len(regressions):
+        raise SuiteError(f"--series {series}: {trend_json} holds {len(regressions)} open regression(s)")
+    r = regressions[series - 1]
+    scenario = Path("scenarios") / f"{r['scenario']}.yaml"
+    if not scenario.is_file():
+        raise SuiteError(f"{trend_json}: the regressed series' scenario {r['scenario']} is not {scenario}")
+    revs = []
+    for end in ("last_good", "first_bad"):
+        if (rev := commit_of(r[end]["vllm"])) is None:
+            raise SuiteError(
+                f"{trend_json}: night {r[end]['run']} recorded vLLM {r[end]['vllm']!r}, which names no commit or release"
+            )
+        revs.append(rev)
+    log(f"bisect: {r['series']}, {r['metric']} {r['change_pct']:+.2f}%: vLLM {revs[0]} (good) to {revs[1]} (bad)")
+    spec = builds_between(repo, revs[0], revs[1], template)
+    root.mkdir(parents=True, exist_ok=True)
+    path = new_folder(root, f"builds-{r['scenario']}") / "builds.yaml"
+    atomic_write_text(path, yaml.safe_dump(spec, sort_keys=False))
+    log(f"bisect: {len(spec['builds'])} builds ({path})")
+    backend = r["backend"] if r["arm"] == "candidate" else None  # the baseline arm keeps the scenario's
+    return new_state(str(scenario), str(path), sets, root, None, None, arm=r["arm"], backend=backend)
 
 
 def resume_state(folder: Path) -> tuple[dict[str, Any], Builds]:

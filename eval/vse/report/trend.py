@@ -81,6 +81,29 @@ def _bisect_hint(s: Series) -> str:
     )
 
 
+def open_regressions(series: list[Series]) -> list[dict]:
+    """trend.json: each series' open regression with the nights on either side and the vLLM each ran,
+    for a machine to act on (the nightly's opt-in bisection: vse bisect --from-trend)."""
+    out = []
+    for s in series:
+        if (c := s.open_regression()) is None:
+            continue
+        good, bad = s.points[c.index - 1], s.points[c.index]
+        out.append(
+            {
+                "scenario": s.key.scenario,
+                "arm": s.key.arm,
+                "backend": s.key.backend,
+                "series": s.key.title(),
+                "metric": s.metric,
+                "change_pct": round(100 * c.rel, 4),
+                "last_good": {"run": good.run, "key": good.key, "vllm": good.vllm},
+                "first_bad": {"run": bad.run, "key": bad.key, "vllm": bad.vllm},
+            }
+        )
+    return out
+
+
 def _kind(s: Series, c: changepoint.Change) -> str:
     if c not in s.regressions():
         return "change"

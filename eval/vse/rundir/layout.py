@@ -39,7 +39,7 @@ HISTORY_DB = f"{REPORTS}/history.sqlite"
 CALIBRATION_MD, CALIBRATION_JSON = "calibration.md", "calibration.json"
 QUALIFY_MD, QUALIFY_JSON = "index.md", "index.json"
 BISECT_MD, BISECT_JSON = "bisect.md", "bisect.json"  # a bisection's folder; its steps' run directories in runs/
-TREND_MD, TREND_HTML = "trend.md", "trend.html"
+TREND_MD, TREND_HTML, TREND_JSON = "trend.md", "trend.html", "trend.json"
 
 
 def qualify_entry(folder: Path, n: int) -> Path:

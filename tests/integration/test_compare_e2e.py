@@ -127,7 +127,7 @@ def test_compare_produces_reports_verdicts_and_exit_0(smoke):
     # (agreement_mode: report) and the gate, where on, fails
     assert res["agreement"]["prompts"] == 6 and res["agreement"]["abs_logprob_diff"]["max"] > 0
     agree = next(g for g in res["gates"] if g["name"] == "output agreement")
-    assert agree["outcome"] == "n/a" and "would be FAIL" in agree["detail"], agree
+    assert agree["outcome"] == "n/a" and agree["reported"] and "as a gate: FAIL" in agree["detail"], agree
     assert vllm_ports_alive(run) == []
     # raw data is all there: prompts per repeat, identical for both arms
     for arm in ("baseline", "candidate"):

@@ -158,7 +158,9 @@ def test_agreement_gate_calibrated_by_self_agreement():
     assert outcomes(gates.agreement(None, None, g, pending=True)) == [Outcome.INCONCLUSIVE]
     assert gates.agreement(None, None, GatesSpec(agreement_mode="off")) == []
     (r,) = gates.agreement(agreement.compare(base, far), self_cmp, GatesSpec(agreement_mode="report"))
-    assert r.outcome is Outcome.NOT_APPLICABLE and "would be FAIL" in r.detail
+    assert (
+        r.outcome is Outcome.NOT_APPLICABLE and r.reported and r.shown == "REPORTED" and "as a gate: FAIL" in r.detail
+    )
 
 
 def test_agreement_on_degenerate_outputs_is_not_informative():
@@ -246,7 +248,7 @@ def test_fidelity_without_scores_degenerate_or_reported():
         _scored([[[0, 0], [0.0, 0.0]]] * 3, toks),
     )
     rep = gates.fidelity(g, GatesSpec(fidelity_mode="report"), "torch")[0]
-    assert rep.outcome == Outcome.NOT_APPLICABLE and "would be FAIL" in rep.detail
+    assert rep.outcome == Outcome.NOT_APPLICABLE and rep.reported and "as a gate: FAIL" in rep.detail
 
 
 @pytest.mark.parametrize(

@@ -333,7 +333,7 @@ def _fidelity(a: Analysis) -> list[str]:
 def _gates(a: Analysis) -> list[str]:
     if not a.gates:
         return []
-    rows = [f"| {g.name} | {g.outcome.value.upper()} | {g.detail} |" for g in a.gates]
+    rows = [f"| {g.name} | {g.shown} | {g.detail} |" for g in a.gates]
     return ["## Gates", "", "| Gate | Result | Detail |", "|---|---|---|", *rows, ""]
 
 

@@ -31,6 +31,13 @@ class GateResult:
     # p of "beyond the margin", before any Holm: performance gates, and accuracy keys paired per question
     p_fail: float | None = None
     family: GateFamily | None = None  # what it decides; set by the gate function that made it
+    reported: bool = False  # shown only (gates.<key>: report): n/a, decides nothing
+
+    @property
+    def shown(self) -> str:
+        """Its result as the reports print it: REPORTED for a gate shown only, never an N/A beside
+        what it would have decided."""
+        return "REPORTED" if self.reported else self.outcome.value.upper()
 
 
 P = ParamSpec("P")
@@ -256,7 +263,8 @@ def _reported(results: list[GateResult], key: str) -> list[GateResult]:
         replace(
             r,
             outcome=Outcome.NOT_APPLICABLE,
-            detail=f"reported, not gated (gates.{key}: report): would be {r.outcome.value.upper()}: {r.detail}",
+            reported=True,
+            detail=f"shown, not gated (gates.{key}: report); as a gate: {r.outcome.value.upper()}: {r.detail}",
         )
         for r in results
     ]

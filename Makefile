@@ -58,13 +58,16 @@ lock: $(SUITE_ENV)
 	SSL_CERT_FILE=$${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} UV_NATIVE_TLS=1 $(PY) -m uv pip compile \
 		pyproject.toml --extra test --universal --python-version 3.10 --generate-hashes -o requirements.lock
 
+# A command's arguments in a variable: make echoes the command as one readable line (strip folds the
+# unset options' spaces), not as continuation lines holding only whitespace and a backslash.
+COMPARE_ARGS = --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) --sets "$$SET" \
+	$(if $(BASE_RUN),--base-run $(BASE_RUN)) $(if $(CAND_RUN),--cand-run $(CAND_RUN)) \
+	$(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(call bool,AA),--aa) $(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) \
+	$(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
+	$(if $(call bool,WHATIF),--set arms.candidate.whatif=true) \
+	$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(call tristate,AUTOTUNE))
 compare: $(SUITE_ENV)
-	$(PY) -m vse.cli compare --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) \
-		--sets "$$SET" $(if $(BASE_RUN),--base-run $(BASE_RUN)) \
-		$(if $(CAND_RUN),--cand-run $(CAND_RUN)) $(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(call bool,AA),--aa) \
-		$(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
-		$(if $(call bool,WHATIF),--set arms.candidate.whatif=true) \
-		$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(call tristate,AUTOTUNE))
+	$(PY) -m vse.cli compare $(strip $(COMPARE_ARGS))
 
 report: $(SUITE_ENV)
 	@test -n "$(RUN)" || { echo "usage: make report RUN=reports/<run-dir> [NOISE_RUN=...] [GEMM=.../gemm.json] [REGATE=gates.KEY=VALUE]"; exit 2; }
@@ -95,18 +98,20 @@ trend: $(SUITE_ENV)
 # and, with AA=1, the A/A; one calibration report (eval/vse/orchestration/calibrate.py).
 PLANT_MS ?= 0.2,0.8
 SHARE_BASELINE ?=
+CALIBRATE_ARGS = --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa) \
+	$(if $(call bool,SHARE_BASELINE),--share-baseline)
 calibrate: $(SUITE_ENV)
-	$(PY) -m vse.cli calibrate --scenario $(SCENARIO) --plant-ms $(PLANT_MS) --sets "$$SET" $(if $(call bool,AA),--aa) \
-		$(if $(call bool,SHARE_BASELINE),--share-baseline)
+	$(PY) -m vse.cli calibrate $(strip $(CALIBRATE_ARGS))
 
 # The first build of an ordered list (BUILDS: a YAML file) that FAILs against the good end (docs/bisect.md);
 # RESUME=<bisection folder> goes on after a cancel.
 BUILDS ?=
 GOOD ?=
 BAD ?=
+BISECT_ARGS = --scenario $(SCENARIO) --sets "$$SET" $(if $(RESUME),--resume $(RESUME),--builds $(BUILDS)) \
+	$(if $(GOOD),--good $(GOOD)) $(if $(BAD),--bad $(BAD))
 bisect: $(SUITE_ENV)
-	$(PY) -m vse.cli bisect --scenario $(SCENARIO) --sets "$$SET" $(if $(RESUME),--resume $(RESUME),--builds $(BUILDS)) \
-		$(if $(GOOD),--good $(GOOD)) $(if $(BAD),--bad $(BAD))
+	$(PY) -m vse.cli bisect $(strip $(BISECT_ARGS))
 
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release

@@ -524,3 +524,27 @@ def test_an_arms_own_usage_per_chunk_reaches_its_runs_and_its_records(tmp_path, 
     gate = ["gates.performance=[{metric: mean_decode_first_wave_ms, max_worse_pct: 5}]"]
     with pytest.raises(ScenarioError, match="arms.candidate.usage_per_chunk not false"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=over + gate)
+
+
+@pytest.mark.parametrize(
+    "target, want",
+    [
+        (
+            ["compare", "BACKEND=torch", "AA=1"],
+            'compare --scenario scenarios/cpu-smoke.yaml --backend torch --sets "$SET" --aa',
+        ),
+        (["calibrate"], 'calibrate --scenario scenarios/cpu-smoke.yaml --plant-ms 0.2,0.8 --sets "$SET"'),
+        (["bisect", "BUILDS=b.yaml"], 'bisect --scenario scenarios/cpu-smoke.yaml --sets "$SET" --builds b.yaml'),
+    ],
+)
+def test_make_echoes_each_long_command_as_one_readable_line(target, want):
+    """The command make prints before running it: one line, single spaces, no continuation lines
+    holding only whitespace and a backslash."""
+    import subprocess
+
+    from conftest import ROOT
+
+    r = subprocess.run(["make", "-n", *target], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    lines = [ln for ln in r.stdout.splitlines() if "vse.cli" in ln]
+    assert len(lines) == 1 and lines[0].endswith(want), r.stdout
+    assert not any(ln.strip() in ("", "\\") for ln in r.stdout.splitlines()[r.stdout.splitlines().index(lines[0]) :])

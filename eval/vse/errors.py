@@ -29,3 +29,19 @@ class KernelMismatchError(ServerError):
 class UnsupportedError(PreflightError):
     """This machine cannot run the configuration at all (a backend's GPU generation, a GPU
     count): exit 4, which CI may treat as 'not applicable here' without hiding crashes."""
+
+
+def tail(text: str, limit: int = 2000) -> str:
+    """The end of a long output, for a message: whole lines, at most `limit` characters; the last
+    line alone when it is longer, cut after a space and marked. Never a word cut in half."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.rstrip().splitlines()):
+        if kept and size + len(line) + 1 > limit:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    if kept and len(kept[0]) > limit:  # the last line alone is too long
+        cut = kept[0][-limit:]
+        kept[0] = "..." + (cut[cut.index(" ") + 1 :] if " " in cut else cut)
+    return "\n".join(reversed(kept))

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, VLLM_PY, needs_server
 
+from vse.errors import tail
+
 pytestmark = [needs_server, pytest.mark.server]
 
 SETS = [
@@ -64,7 +66,7 @@ def bisection(tmp_path_factory):
 
 def test_bisect_names_the_build_that_brought_the_slowdown(bisection):
     r, folder, state = bisection
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, tail(r.stderr, 3000)
     assert [(s["build"], s["verdict"]) for s in state["steps"]] == [("b2", "bad"), ("b1", "good")]
     assert state["answer"]["culprit"] == "b2" and state["answer"]["last_good"] == "b1"
     first, second = (json.loads((Path(s["run"]) / "baseline" / "servers.json").read_text()) for s in state["steps"])
@@ -84,7 +86,7 @@ def test_calibrate_reports_the_planted_step_and_the_aa_with_their_truths(bisecti
         text=True,
         timeout=600,
     )
-    assert r.returncode in (0, 1), r.stderr[-3000:]
+    assert r.returncode in (0, 1), tail(r.stderr, 3000)
     assert "calibration arm" in (Path(planted) / "summary.md").read_text()
     rows = json.loads((next(tmp_path.glob("*-calibrate")) / "calibration.json").read_text())["rows"]
     gated = {(x["planted"], x["metric"]): x for x in rows if x["role"] == "gated"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import MODEL, ROOT, VLLM_PY, have_cpu_stack, needs_server
 
+from vse.errors import tail
 from vse.models import checkpoint
 from vse.models.sources import generate_model_dir
 from vse.scenario import GeneratedModel, PlantedFault
@@ -44,7 +45,7 @@ print(json.dumps(out))
 
 def inspect(d: Path) -> dict:
     r = subprocess.run([str(VLLM_PY), "-c", CHECK, str(d)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     return json.loads(r.stdout)
 
 
@@ -99,7 +100,7 @@ for k in ta:
         print(k, round(float(r.mean()), 3))
 """
     r = subprocess.run([str(VLLM_PY), "-c", diff, str(d), str(tmp_path / "fault")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-1500:]
+    assert r.returncode == 0, tail(r.stderr, 1500)
     assert r.stdout.split() == [key, "1.02"]
 
 
@@ -123,7 +124,7 @@ def test_realistic_checkpoint_is_served_with_informative_outputs_and_the_fault_f
         text=True,
         timeout=1200,
     )
-    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.returncode == 1, tail(r.stderr, 3000)
     (run,) = [p.parent for p in tmp_path.glob("*/run.json")]
     res = json.loads((run / "results.json").read_text())
     servers = json.loads((run / "candidate" / "servers.json").read_text())
@@ -153,6 +154,6 @@ def test_vllms_dummy_fp8_weights_are_almost_all_zero():
         "v = p.float(); print((v == 0).float().mean().item(), v.abs().max().item())"
     )
     r = subprocess.run([str(VLLM_PY), "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     zeros, biggest = map(float, r.stdout.split()[-2:])
     assert zeros > 0.97 and biggest == 2**-9

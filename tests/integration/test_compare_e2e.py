@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, needs_server, steps_rebuilt_and_counted
 
+from vse.errors import tail
+
 pytestmark = [needs_server, pytest.mark.server]
 
 # These tests are about a run's mechanics, not about which dtype is faster on the CI machine's CPU:
@@ -93,7 +95,7 @@ def vllm_ports_alive(run_dir: Path) -> list[str]:
 def smoke(tmp_path_factory):
     reports = tmp_path_factory.mktemp("reports")
     r = cli(*SMALL, reports=reports)
-    assert r.returncode in (0, 3), r.stderr[-3000:]  # 3: a gate undecided on 2 starts of a 2-core box
+    assert r.returncode in (0, 3), tail(r.stderr, 3000)  # 3: a gate undecided on 2 starts of a 2-core box
     (run,) = run_dirs(reports)
     return run, r
 
@@ -189,7 +191,7 @@ def test_planted_secrets_are_never_written_and_an_api_key_works_end_to_end(smoke
         reports=tmp_path,
         env=env,
     )
-    assert r.returncode in (0, 3), r.stderr[-3000:]
+    assert r.returncode in (0, 3), tail(r.stderr, 3000)
     (new,) = run_dirs(tmp_path)
     res = json.loads((new / "results.json").read_text())
     assert next(g for g in res["gates"] if g["name"] == "candidate failed requests")["outcome"] == "pass"
@@ -223,7 +225,7 @@ def test_a_server_that_refuses_every_request_for_a_key_ends_the_run_naming_the_4
         "arms.candidate.env={VLLM_API_KEY: not-sent-by-the-client}",
         reports=tmp_path,
     )
-    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.returncode == 2, tail(r.stderr)
     last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1]
     assert "HTTP 401 (unauthorized)" in last and "server.api_key_env" in last, last
     (new,) = run_dirs(tmp_path)
@@ -242,7 +244,7 @@ def test_agreement_gate_on_fails_fp32_against_bf16(smoke, tmp_path):
         text=True,
         timeout=300,
     )
-    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.returncode == 1, tail(r.stderr)
     summary = (copy / "summary.md").read_text()
     assert (
         "| output agreement | FAIL |" in summary and "gated with settings other than those the run was made" in summary
@@ -270,7 +272,7 @@ def test_an_undecided_gate_exits_3(smoke, tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "vse.cli", "report", str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
-    assert r.returncode == 3, r.stderr[-2000:]
+    assert r.returncode == 3, tail(r.stderr)
     summary = (copy / "summary.md").read_text()
     assert "**INCONCLUSIVE" in summary and "needs 2+ server starts per arm" in summary
 
@@ -281,7 +283,7 @@ def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
     r = cli(
         *SMALL, "--base-run", str(run), "--cand-run", str(run), "--set", f"accuracy.reference={ref}", reports=tmp_path
     )
-    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.returncode == 1, tail(r.stderr)
     (new,) = run_dirs(tmp_path)
     phases = [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
     assert "start server" not in phases and phases.count("reused arm") == 2
@@ -291,8 +293,8 @@ def test_failing_gate_exits_1_without_starting_a_server(smoke, tmp_path):
 def test_reusing_an_arm_that_ran_another_backend_is_refused(smoke, tmp_path):
     run, _ = smoke  # its candidate ran backend "none"; this run's candidate asks for auto
     r = cli(*SMALL, "--cand-run", str(run), "--backend", "auto", reports=tmp_path)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert "CAND_RUN=" in r.stderr and "ran backend none" in r.stderr and "is auto" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2, tail(r.stderr)
+    assert "CAND_RUN=" in r.stderr and "ran backend none" in r.stderr and "is auto" in r.stderr, tail(r.stderr)
     (new,) = run_dirs(tmp_path)  # refused before the baseline's server, not after it
     assert "start server" not in [p["phase"] for p in json.loads((new / "run.json").read_text())["phases"]]
 
@@ -301,7 +303,7 @@ def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
     r = cli("--set", "server.extra_args=[--no-such-flag]", reports=tmp_path, timeout=600)
     assert r.returncode == 2
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(err) == 1 and "before it was healthy" in err[0] and "--no-such-flag" in err[0], r.stderr[-2000:]
+    assert len(err) == 1 and "before it was healthy" in err[0] and "--no-such-flag" in err[0], tail(r.stderr)
     (run,) = run_dirs(tmp_path)
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
     assert vllm_ports_alive(run) == []
@@ -346,7 +348,7 @@ def test_ctrl_c_in_the_middle_stops_servers_and_keeps_an_incomplete_report(smoke
     new = log.parent.parent
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
-    assert p.returncode == 2, err[-2000:]
+    assert p.returncode == 2, tail(err)
     assert "interrupted" in err
     status = json.loads((new / "run.json").read_text())
     assert status["status"] == "interrupted"
@@ -400,9 +402,9 @@ def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_pat
         _, err = p.communicate(timeout=240)
     finally:
         p.kill()
-    assert p.returncode == 2, err[-2000:]
+    assert p.returncode == 2, tail(err)
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], err[-2000:]
+    assert len(lines) == 1 and "hung" in lines[0] and "no data for 8 s" in lines[0], tail(err)
     assert "candidate" in lines[0] and re.search(r"log: \S+/candidate/server-\d+\.log", lines[0]), lines[
         0
     ]  # which, where
@@ -480,7 +482,7 @@ def test_a_load_sweep_reuses_the_server_starts_and_gives_each_point_its_verdict(
         "max_concurrency=2",
         reports=tmp_path,
     )
-    assert r.returncode in (0, 3), r.stderr[-3000:]
+    assert r.returncode in (0, 3), tail(r.stderr, 3000)
     (run,) = run_dirs(tmp_path)
     servers = [json.loads((run / arm / "servers.json").read_text()) for arm in ("baseline", "candidate")]
     assert [len(s) for s in servers] == [1, 1]  # the sweep started no server of its own

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from vse.errors import tail
+
 # every example with raw data, here or in git history (raw.json); h200-fidelity/<case>/ too
 EXAMPLES = sorted({p.parent for pat in ("raw.tar.xz", "raw.json") for p in (ROOT / "reports" / "examples").rglob(pat)})
 
@@ -37,7 +39,7 @@ def test_example_rebuilds_from_its_raw_data(example, tmp_path):
     r = report(run)
     # An example of a run that broke off (the H200 what-if crash, a command's time limit) reports 2.
     complete = json.loads((run / "run.json").read_text())["status"] == "complete"
-    assert r.returncode in ((0, 1, 3) if complete else (2,)), r.stderr[-2000:]
+    assert r.returncode in ((0, 1, 3) if complete else (2,)), tail(r.stderr)
     old, new = (example / "summary.md").read_text(), (run / "summary.md").read_text()
     for start, end in (("## Comparison", "## Servers"), ("## old", "## new")):
         assert section(new, start, end) == section(old, start, end)
@@ -51,7 +53,7 @@ def test_an_aa_run_is_shown_as_the_noise_floor(tmp_path):
     ab = unpack(ROOT / "reports" / "examples" / "cpu-smoke", tmp_path)
     aa = unpack(ROOT / "reports" / "examples" / "cpu-smoke-aa", tmp_path)
     r = report(ab, "--noise-run", aa)
-    assert r.returncode in (0, 3), r.stderr[-2000:]
+    assert r.returncode in (0, 3), tail(r.stderr)
     noise = section((ab / "summary.md").read_text(), "## Noise floor (A/A", "## ")
     assert "| Output throughput (tok/s) |" in noise and "| Median TTFT (ms) |" in noise
 
@@ -60,7 +62,7 @@ def test_a_noise_run_with_another_workload_is_flagged(tmp_path):
     ab = unpack(ROOT / "reports" / "examples" / "cpu-smoke", tmp_path)
     aa = unpack(ROOT / "reports" / "examples" / "h200-aa", tmp_path)
     r = report(ab, "--noise-run", aa)
-    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    assert r.returncode in (0, 1, 3), tail(r.stderr)
     text = (ab / "summary.md").read_text()
     assert (
         "had another workload (" in text and "num_prompts: 384 there, 32 here" in text and "## Noise floor (A/A" in text
@@ -84,7 +86,7 @@ def test_vs_vllm_bench_table_rebuilds_from_its_json(data, table):
         text=True,
         timeout=60,
     )
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert r.stdout == (d / table).read_text()
 
 
@@ -97,7 +99,7 @@ def test_reports_build_without_the_load_generator(tmp_path):
         "assert 'aiohttp' not in [m for m in sys.modules if sys.modules[m] is not None]; print(a.exit_code)"
     )
     r = subprocess.run([sys.executable, "-c", code, str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert (run / "summary.md").is_file() and (run / "report.html").is_file()
 
 
@@ -107,7 +109,7 @@ def test_the_h200_ab_with_the_h200_gemm_bench_rebuilds_its_kernels_only_predicti
     ex = ROOT / "reports" / "examples"
     run = unpack(ex / "h200-cutlass-vs-torch", tmp_path)
     r = report(run, "--gemm", ex / "h200-gemm" / "gemm.json")
-    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    assert r.returncode in (0, 1, 3), tail(r.stderr)
     start, end = "### What the GEMM timings alone predict", "_Rebuild with"
     new = section((run / "summary.md").read_text(), start, end)
     assert new == section((ex / "h200-cutlass-vs-torch" / "summary.md").read_text(), start, end)
@@ -142,7 +144,7 @@ def test_the_h200_ab_cut_to_its_first_starts_gives_the_readmes_look_1_numbers():
             text=True,
             timeout=300,
         )
-        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.returncode == 0, tail(out.stderr)
         return out.stdout
 
     three, four = run(3), run(4)
@@ -160,7 +162,7 @@ def test_the_h200_sweep_shows_where_torch_starts_winning_and_the_gemms_say_why(t
     ex = ROOT / "reports" / "examples"
     run = unpack(ex / "h200-sweep-cutlass-vs-torch", tmp_path)
     r = report(run, "--gemm", ex / "h200-gemm" / "gemm.json")
-    assert r.returncode == 3, r.stderr[-2000:]  # two starts per arm never decide the wide first-wave TTFT gate
+    assert r.returncode == 3, tail(r.stderr)  # two starts per arm never decide the wide first-wave TTFT gate
     points = {p["point"].split(" ")[0]: p for p in json.loads((run / "results.json").read_text())["sweep"]}
     assert list(points) == ["max_concurrency=128", "max_concurrency=16", "max_concurrency=64", "max_concurrency=256"]
     itl = {k: p["metrics"]["median_itl_ms"] for k, p in points.items()}
@@ -248,7 +250,7 @@ def calibrate(example: Path, names: tuple[str, ...], tmp_path: Path) -> tuple[in
         text=True,
         timeout=600,
     )
-    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert r.returncode in (0, 1), tail(r.stderr)
     return r.returncode, next((tmp_path / "out").glob("*-calibrate")) / "calibration.md"
 
 
@@ -286,7 +288,7 @@ def test_the_mde_projection_rebuilds_from_the_committed_runs():
         text=True,
         timeout=600,
     )
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     committed = (ex / "mde-projection.md").read_text()
     assert r.stdout.strip() in committed
     # the decode gate from the runs that measured per token: arms with two starts or more counted, 18 df

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import ROOT
 
+from vse.errors import tail
 from vse.rundir.packed import unpack
 
 BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -68,7 +69,7 @@ def test_several_writers_ingest_into_one_postgres_history_and_the_trend_reads_it
         for r in runs + runs
     ]
     outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
+    assert all(p.returncode == 0 for p in procs), [tail(o[1], 1500) for o in outs]
     said = "".join(o[1] for o in outs)
     assert said.count("8 run-level rows added") == 2 and said.count("already in the history") == 2
     engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
@@ -83,7 +84,7 @@ def test_several_writers_ingest_into_one_postgres_history_and_the_trend_reads_it
         text=True,
         timeout=600,
     )
-    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert r.returncode in (0, 1), tail(r.stderr)
     md = (tmp_path / "trend" / "trend.md").read_text()
     assert "cpu-smoke / baseline fp32 (none)" in md and time.monotonic() - t < 600
     assert Path(tmp_path / "trend" / "trend.html").is_file()

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import ROOT
 
+from vse.errors import tail
 from vse.history import schema
 from vse.history import store as history
 from vse.rundir.packed import unpack
@@ -26,7 +27,7 @@ def _old_suite(dest: Path) -> Path:
     dest.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", OLD, "vse"], capture_output=True, timeout=120)
     if archive.returncode != 0:
-        pytest.fail(f"git archive {OLD}: {archive.stderr.decode()[-500:]} (a shallow clone? git fetch --unshallow)")
+        pytest.fail(f"git archive {OLD}: {tail(archive.stderr.decode(), 500)} (a shallow clone? git fetch --unshallow)")
     subprocess.run(["tar", "x", "-C", str(dest)], input=archive.stdout, check=True, timeout=120)
     return dest
 
@@ -62,7 +63,7 @@ def test_a_history_from_before_alembic_upgrades_without_losing_its_series_or_its
         text=True,
         timeout=600,
     )
-    assert made.returncode == 0, made.stderr[-2000:]
+    assert made.returncode == 0, tail(made.stderr)
     with sa.create_engine(f"sqlite:///{db}").connect() as c:
         assert "alembic_version" not in sa.inspect(c).get_table_names()  # the old suite's own shape
         (old_rows,) = c.execute(sa.text("SELECT count(*) FROM runs")).first()

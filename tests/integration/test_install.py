@@ -9,6 +9,8 @@ import sys
 
 from conftest import ROOT
 
+from vse.errors import tail
+
 
 def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path):
     target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
@@ -20,7 +22,7 @@ def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path)
         text=True,
         timeout=600,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, tail(r.stderr, 3000)
     env = {**os.environ, "PYTHONPATH": str(target)}
     where = subprocess.run(
         [sys.executable, "-c", "import vse; print(vse.__file__)"],
@@ -38,7 +40,7 @@ def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path)
         r = subprocess.run(
             [*vse, "check", "--scenario", name], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
         )
-        assert r.returncode == 0 and "ok (cpu-smoke: fp32 vs bf16)" in r.stderr, (name, r.stderr[-2000:])
+        assert r.returncode == 0 and "ok (cpu-smoke: fp32 vs bf16)" in r.stderr, (name, tail(r.stderr))
     r = subprocess.run([*vse, "--version"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("vse 0.")
     # a path where the caller stands wins over the shipped scenario of that name
@@ -52,4 +54,4 @@ def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path)
         text=True,
         timeout=120,
     )
-    assert "ok (mine:" in r.stderr, r.stderr[-2000:]
+    assert "ok (mine:" in r.stderr, tail(r.stderr)

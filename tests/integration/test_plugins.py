@@ -8,6 +8,7 @@ import sys
 
 from conftest import VLLM_PY, needs_server
 
+from vse.errors import tail
 from vse.server import whatif
 
 sys.path.insert(0, str(whatif.PLUGIN_DIR))
@@ -25,7 +26,7 @@ def test_vllm_cpu_plugin_loader_finds_the_staged_entry_point_and_register_runs(t
     )
     env = {**os.environ, "PYTHONPATH": plugin_dir, whatif.ENV: "1"}
     r = subprocess.run([vllm_python, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert "what-if active" in r.stdout and "patched True" in r.stdout
     # On a CPU the kernel still says no, for vLLM's own other reason (no CUDA), not the capability.
     assert "requires CUDA" in r.stdout

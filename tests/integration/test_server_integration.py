@@ -14,7 +14,7 @@ from conftest import MODEL, VLLM_PY, needs_server
 from vse import cli
 from vse.backends import Backend
 from vse.checks import accuracy, agreement, agreement_probe
-from vse.errors import KernelMismatchError, PreflightError, ServerError
+from vse.errors import KernelMismatchError, PreflightError, ServerError, tail
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.orchestration.scenario_check import load_scenario
@@ -305,7 +305,7 @@ def test_results_are_the_file_vllm_bench_serve_save_result_writes(live, tmp_path
         "v.json",
     )
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == 0, tail(p.stderr)
     theirs = json.loads((tmp_path / "v" / "v.json").read_text())
     assert (
         cli.main(

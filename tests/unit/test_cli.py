@@ -7,6 +7,7 @@ import pytest
 
 from vse import cli
 from vse.analysis import load_scenario_from_run
+from vse.errors import tail
 from vse.models import provision
 from vse.orchestration import compare, reuse
 from vse.rundir import seal
@@ -253,7 +254,7 @@ def test_bin_vse_keeps_the_suites_exit_codes():
         text=True,
         timeout=300,
     )
-    assert r.returncode == 4, r.stderr[-1000:]  # unsupported here (no GPU): preflight refusal
+    assert r.returncode == 4, tail(r.stderr, 1000)  # unsupported here (no GPU): preflight refusal
 
 
 def test_setup_says_each_step_when_not_on_a_terminal(tmp_path):
@@ -548,3 +549,15 @@ def test_make_echoes_each_long_command_as_one_readable_line(target, want):
     lines = [ln for ln in r.stdout.splitlines() if "vse.cli" in ln]
     assert len(lines) == 1 and lines[0].endswith(want), r.stdout
     assert not any(ln.strip() in ("", "\\") for ln in r.stdout.splitlines()[r.stdout.splitlines().index(lines[0]) :])
+
+
+def test_a_long_outputs_tail_is_whole_lines_and_never_a_cut_word():
+    """The end of a long output in a failure message (`AssertionError: ted: none (not an FP8
+    model)` was a line cut mid-word)."""
+    out = "\n".join(f"line {i}: selected: none (not an FP8 model)" for i in range(200))
+    t = tail(out, 200)
+    assert len(t) <= 200 and t.endswith("line 199: selected: none (not an FP8 model)")
+    assert all(ln.startswith("line ") for ln in t.splitlines())  # whole lines only
+    long = "word " * 100 + "the end"
+    assert tail(long, 30) == "...word word word word the end"  # the last line alone, cut after a space
+    assert tail("") == "" and tail("short") == "short"

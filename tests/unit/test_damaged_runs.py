@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from vse.analysis import analyze
-from vse.errors import DamagedRunError
+from vse.errors import DamagedRunError, tail
 from vse.rundir import seal
 from vse.rundir.layout import RunDir
 from vse.rundir.packed import unpack
@@ -128,7 +128,7 @@ def test_a_missing_servers_json_or_arm_is_a_damaged_run(run, with_seal, capsys):
     refused(run, "candidate/servers.json: (missing|sealed by the run but missing)")
     shutil.rmtree(run / "candidate")
     r = vse(capsys, "report", run)
-    assert r.returncode == 2, r.stderr[-2000:]  # was FAIL, exit 1, and 4 history rows
+    assert r.returncode == 2, tail(r.stderr)  # was FAIL, exit 1, and 4 history rows
     assert "candidate" in r.stderr and "damaged" in r.stderr.strip().splitlines()[-1]
 
 

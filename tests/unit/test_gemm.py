@@ -8,6 +8,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from vse.errors import tail
 from vse.gemm import bench as gemm_bench
 from vse.gemm.shapes import ShapeError, llama_shapes, token_counts
 from vse.models import sources
@@ -151,7 +152,7 @@ def test_a_runs_gemm_benchmark_shows_in_its_reports(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     md = (run / "summary.md").read_text()
     assert "## FP8 GEMMs of this model on this GPU" in md and "| torch | 1.0" in md
     assert "FP8 GEMMs of this model on this GPU (TFLOP/s" in (run / "report.html").read_text()

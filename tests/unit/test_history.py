@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import ROOT
 
+from vse.errors import tail
 from vse.history import schema
 from vse.history import store as history
 from vse.report import trend
@@ -39,7 +40,7 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     run = unpack(EX / "cpu-smoke", tmp_path / "r")
     db_path = tmp_path / "h.sqlite"
     r = vse("history", "--db", db_path, run, run)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert "8 run-level rows added" in r.stderr and "already in the history" in r.stderr
     db = schema.connect(db_path)
     with db.connect() as c:
@@ -81,7 +82,7 @@ def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path, capsys):
     same = unpack(EX / "cpu-smoke", reports / "b", "copy-of-aa")
     other = unpack(EX / "cpu-smoke-aa", reports / "c", "aa")
     r = vse_here(capsys, "history", "--db", tmp_path / "h.sqlite", one, same, other)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert r.stderr.count("8 run-level rows added") == 2 and "copy-of-aa: already in the history" in r.stderr
     assert history.run_key(one) == history.run_key(same) != history.run_key(other)
 
@@ -95,10 +96,10 @@ def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path, capsys):
     unpack(EX / "cpu-smoke-aa", reports, "20261201T020000Z-night")
     db = tmp_path / "h.sqlite"
     r = vse_here(capsys, "history", "--db", db, reports)
-    assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stderr, tail(r.stderr)
     assert "20261201T020000Z-night: 8 run-level rows added" in r.stderr and "example:" not in r.stderr
     r = vse_here(capsys, "history", "--db", db, reports, "--examples")
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, tail(r.stderr)
     assert "example:cpu-smoke: 8 run-level rows added" in r.stderr  # named by their path under examples/
     assert "example:cpu-calibration-flow/aa:" in r.stderr
 
@@ -241,7 +242,7 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
             vllm = f"0.26.1.dev{n}+g{n:07x}"  # a nightly wheel's version names its commit
             night(c, f"night-{n:02d}", f"2026-11-{n + 1:02d}T02:00:00+00:00", level * (1 + 0.001 * (n % 3)), vllm=vllm)
     code, out, _ = trend_cmd()
-    assert code == 1 and "**regression** -" in out and "--ack " in out, out[-2000:]
+    assert code == 1 and "**regression** -" in out and "--ack " in out, tail(out)
     # the two nights around the change, with the vLLM each ran: the ends of a bisection
     assert (
         "last good night night-19 (vLLM 0.26.1.dev19+g0000013), first bad night-20 (vLLM 0.26.1.dev20+g0000014)" in out
@@ -261,13 +262,13 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
     code, _, err = trend_cmd("--ack", "night-20", "--metric", "output_throughput", "--why", why, "--by", "release-eng")
     assert code == 0 and "accepted: output_throughput from run night-20, by release-eng" in err
     code, out, _ = trend_cmd()
-    assert code == 0, out[-2000:]
+    assert code == 0, tail(out)
     assert f"regression, accepted by release-eng ({why})" in out
     with db.begin() as c:  # ten more nights, 3% lower again: a new regression nobody accepted
         for n in range(30, 40):
             night(c, f"night-{n:02d}", f"2026-12-{n - 29:02d}T02:00:00+00:00", 9_409 * (1 + 0.001 * (n % 3)))
     code, out, _ = trend_cmd()
-    assert code == 1 and "% from night-30" in out and "**regression**" in out, out[-2000:]
+    assert code == 1 and "% from night-30" in out and "**regression**" in out, tail(out)
     # accepted by what a bisection of those nights found: its answer is the recorded reason
     bis = tmp_path / "20261210T080000Z-bisect-nightly"
     bis.mkdir()
@@ -287,7 +288,7 @@ def test_an_accepted_regression_stops_failing_the_trend(tmp_path, capsys, monkey
     code, _, err = trend_cmd("--ack", "night-30", "--metric", "output_throughput", "--bisect", bis, "--by", "oncall")
     assert code == 0, err
     code, out, _ = trend_cmd()
-    assert code == 0, out[-2000:]
+    assert code == 0, tail(out)
     assert (
         f"accepted by oncall (vse bisect ({bis}): culprit g000001e, after g000001d; "
         "output_throughput -3.00% [-3.50%, -2.50%]; chance wrong at most 5%)" in out

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from vse.errors import ScenarioError, UnsupportedError
+from vse.errors import ScenarioError, UnsupportedError, tail
 from vse.orchestration.scenario_check import load_scenario
 from vse.server import preflight, whatif
 from vse.server.process import ServerConfig
@@ -116,7 +116,7 @@ def test_every_report_format_labels_the_whatif_arm(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "vse.cli", "report", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
-    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    assert r.returncode in (0, 1, 3), tail(r.stderr)
     for name in ("summary.md", "report.html", "results.json"):
         assert whatif.LABEL in (run / name).read_text(), name
     assert json.loads((run / "results.json").read_text())["arms"]["candidate"]["whatif"] is True

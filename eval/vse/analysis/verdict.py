@@ -22,8 +22,8 @@ from vse.stats.gates import GateResult, Outcome
 # A client event-loop stall this long delays every timestamp taken meanwhile: stalls this long have
 # cost a run several percent of its throughput, shorter ones under one percent (docs/measurements.md).
 CLIENT_STALL_MS = 150.0
-HEALTH_METRICS = {"output_throughput": 0.02, "tmean_itl_token_ms": 0.03}
-HEALTH_FALLBACK = {"tmean_itl_token_ms": "median_itl_ms"}
+HEALTH_METRICS = {registry.OUTPUT_THROUGHPUT: 0.02, registry.TMEAN_ITL_TOKEN: 0.03}
+HEALTH_FALLBACK = {registry.TMEAN_ITL_TOKEN: registry.MEDIAN_ITL}
 DISTURBED_Z = 3.5  # robust |z| beyond which a run is far from its siblings
 
 

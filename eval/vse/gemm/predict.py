@@ -19,6 +19,7 @@ import numpy as np
 
 from vse.gemm.shapes import ShapeError, llama_shapes
 from vse.rundir.records import RequestRecord
+from vse.stats import registry
 
 # Within-step spread of chunk arrivals against the step time: a gap wider than this share of the
 # median gap between distinct steps starts a new step.
@@ -130,23 +131,23 @@ def predict_run(
     span = (max(r.end_ns for r in ok) - min(r.scheduled_ns for r in ok)) / 1e9
     dec = st.decode[:-1]
     out = {
-        "output_throughput": span / (span + delta_s.sum()) - 1,
+        registry.OUTPUT_THROUGHPUT: span / (span + delta_s.sum()) - 1,
         # every decoding request sees each step once: TPOT moves with the decode-weighted step time
-        "median_tpot_ms": float((dec * delta_s).sum() / max((dec * dur).sum(), 1e-12)),
+        registry.MEDIAN_TPOT: float((dec * delta_s).sum() / max((dec * dur).sum(), 1e-12)),
         "gemm_share": float(base_s.sum() / max(dur.sum(), 1e-12)),
         "gemm_share_decode": float(base_s[st.prefill[:-1] == 0].sum() / max(dur[st.prefill[:-1] == 0].sum(), 1e-12)),
     }
     steady = st.prefill[:-1] == 0  # decode-only steps: the inter-token latency of a steady batch
     if steady.any():
-        out["median_itl_ms"] = float(np.median(dur[steady] + delta_s[steady]) / np.median(dur[steady]) - 1)
-        out["median_itl_token_ms"] = out["median_itl_ms"]  # the same engine step, per token
+        out[registry.MEDIAN_ITL] = float(np.median(dur[steady] + delta_s[steady]) / np.median(dur[steady]) - 1)
+        out[registry.MEDIAN_ITL_TOKEN] = out[registry.MEDIAN_ITL]  # the same engine step, per token
     wave = sorted(ok, key=lambda r: (r.send_ns, r.index))[:first_wave] if first_wave else []
     if wave:
         shift = np.r_[np.cumsum(delta_s), delta_s.sum()]  # after step i, everything later moved by shift[i]
         ttft = np.array([r.ttft_s for r in wave])
         # the step that emitted the first token is the last one starting at or before it
         idx = np.searchsorted(st.t_ns, [r.chunk_ns[0] for r in wave], side="right") - 1
-        out["median_ttft_first_wave_ms"] = float(np.median(ttft + shift[idx]) / np.median(ttft) - 1)
+        out[registry.MEDIAN_TTFT_FIRST_WAVE] = float(np.median(ttft + shift[idx]) / np.median(ttft) - 1)
     return st, out
 
 
@@ -167,8 +168,8 @@ def predict(
     if not per:
         raise ValueError("no measured requests to rebuild engine steps from")
     mean = lambda k: float(np.mean([o[k] for _, o in per if k in o] or [np.nan]))
-    keys = ["output_throughput", "median_tpot_ms", "median_itl_ms", "median_itl_token_ms"] + (
-        ["median_ttft_first_wave_ms"] if first_wave else []
+    keys = [registry.OUTPUT_THROUGHPUT, registry.MEDIAN_TPOT, registry.MEDIAN_ITL, registry.MEDIAN_ITL_TOKEN] + (
+        [registry.MEDIAN_TTFT_FIRST_WAVE] if first_wave else []
     )
     steps = [s for s, _ in per]
     return Prediction(

@@ -26,6 +26,7 @@ from vse.orchestration.scenario_check import load_scenario
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import CALIBRATION_JSON, CALIBRATION_MD
 from vse.stats import calibration as cal
+from vse.stats import registry
 
 
 def planted_arm(base: dict, ms: float, device_cpu: bool, steps: str = "all") -> dict:
@@ -81,7 +82,7 @@ def facts(a) -> cal.BaselineFacts:
         decode_ms={k: val(k) for k in cal.DECODE},
         durations_s=[r["duration"] for r in arm.repeats],
         engine_steps=[(d or {}).get(cal.STEPS_KEY) for d in arm.server_deltas],
-        ttft_first_wave_ms=val("median_ttft_first_wave_ms"),
+        ttft_first_wave_ms=val(registry.MEDIAN_TTFT_FIRST_WAVE),
         first_wave=first_wave(s),
         input_len=s.workload.dataset.input_len,
         max_num_batched_tokens=s.server.max_num_batched_tokens,
@@ -196,7 +197,7 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         "",
         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from {len(analyses)} comparisons "
         f"(each truth from its own comparison's baseline; the first one's): "
-        f"trimmed mean ITL per token {b.decode_ms.get('tmean_itl_token_ms', float('nan')):.3f} ms, engine steps per run "
+        f"trimmed mean ITL per token {b.decode_ms.get(registry.TMEAN_ITL_TOKEN, float('nan')):.3f} ms, engine steps per run "
         f"{', '.join(f'{s:.0f}' for s in b.engine_steps if s) or 'not scraped'}.",
         "",
         "| run | planted | metric | role | margin | truth | measured (gate interval) | covers truth | outcome | "

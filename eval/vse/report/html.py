@@ -16,6 +16,7 @@ from vse.analysis import Analysis, ArmAnalysis, fmt_pct
 from vse.report import gpu_view, kernel_view, markdown, sweep
 from vse.report.plots import plt, svg
 from vse.scenario import ARMS
+from vse.stats import registry
 from vse.stats.metrics import measured
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
@@ -152,7 +153,7 @@ def change_plot(a: Analysis) -> Markup:
 
 def starts_plot(a: Analysis) -> Markup | None:
     """Run-level values of the gated metrics by server start: what the interval is built from."""
-    keys = [g.metric for g in a.scenario.gates.performance] or ["output_throughput", "median_tpot_ms"]
+    keys = [g.metric for g in a.scenario.gates.performance] or [registry.OUTPUT_THROUGHPUT, registry.MEDIAN_TPOT]
     rows = [r for r in a.comparison if r.key in keys]
     if not rows:
         return None

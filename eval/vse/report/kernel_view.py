@@ -14,6 +14,7 @@ from vse.backends import Backend
 from vse.gemm.shapes import decode_or_prefill
 from vse.rundir.layout import GemmDir
 from vse.scenario import Scenario
+from vse.stats import registry
 
 # Dense FP8 tensor rate from the datasheets (TFLOP/s, without sparsity), by GPU name.
 DATASHEET_FP8_TFLOPS = {"H200": 1979.0, "H100 80GB HBM3": 1979.0, "H100": 1979.0, "B200": 4500.0}
@@ -112,7 +113,7 @@ def compare_section(res: dict, max_num_seqs: int | None, source: str = "same run
     )
 
 
-PREDICTED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_first_wave_ms")
+PREDICTED = (registry.OUTPUT_THROUGHPUT, registry.MEDIAN_TPOT, registry.MEDIAN_ITL, registry.MEDIAN_TTFT_FIRST_WAVE)
 
 
 PREDICTION_HEADER = ["Metric", "GEMMs alone predict", "Measured (95% CI)", "Verdict"]

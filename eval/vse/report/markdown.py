@@ -9,6 +9,7 @@ from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
+from vse.stats import registry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
 from vse.stats.registry import keys_for
@@ -368,7 +369,7 @@ def _health(a: Analysis) -> list[str]:
             dlt = dlt or {}
             srv_n = dlt.get("vllm:request_success_total")
             L.append(
-                f"| {arm.name} | {k + 1} | {num(m['mean_ttft_ms'])} | {num(dlt.get('server_mean_ttft_ms'))} | "
+                f"| {arm.name} | {k + 1} | {num(m[registry.MEAN_TTFT])} | {num(dlt.get('server_mean_ttft_ms'))} | "
                 f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                 f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
             )

@@ -9,11 +9,12 @@ from typing import Any
 from vse.analysis import Analysis, fmt_pct
 from vse.report.plots import plt, svg
 from vse.scenario import ARMS
+from vse.stats import registry
 from vse.stats.decide import Outcome
 from vse.stats.registry import metric_defs
 
 SHOWN = tuple((m.key, m.label) for m in metric_defs([], False) if "sweep" in m.views)
-PREDICTED = (("output_throughput", "throughput"), ("median_itl_ms", "ITL"))
+PREDICTED = ((registry.OUTPUT_THROUGHPUT, "throughput"), (registry.MEDIAN_ITL, "ITL"))
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 
 
@@ -121,7 +122,9 @@ def plot_svg(a: Analysis) -> str | None:
     """Output throughput against median TPOT per arm, one marker per load point."""
     xp = [(label.split(" ")[0].split("=")[1], p) for label, p in points(a)]
     pts = [
-        (x, p, m, t) for x, p in xp if (m := _metric(p, "output_throughput")) and (t := _metric(p, "median_tpot_ms"))
+        (x, p, m, t)
+        for x, p in xp
+        if (m := _metric(p, registry.OUTPUT_THROUGHPUT)) and (t := _metric(p, registry.MEDIAN_TPOT))
     ]
     if not pts:
         return None

@@ -65,10 +65,10 @@ TOTALS = (
     "failed",
     "total_input_tokens",
     "total_output_tokens",
-    "request_throughput",
-    "request_goodput",
-    "output_throughput",
-    "total_token_throughput",
+    registry.REQUEST_THROUGHPUT,
+    registry.REQUEST_GOODPUT,
+    registry.OUTPUT_THROUGHPUT,
+    registry.TOTAL_TOKEN_THROUGHPUT,
 )
 PEAKS = ("max_output_tokens_per_s", "max_concurrent_requests", "rtfx")
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.stats as sps
 
+from vse.stats import registry
 from vse.stats.decide import GateInput, decide
 from vse.stats.estimate import welch_df
 from vse.stats.registry import keys_for
@@ -63,12 +64,12 @@ def truth(metric: str, p: Planted, b: BaselineFacts) -> float | None:
     if metric in DECODE:  # every decode step grows by p
         base = b.decode_ms.get(metric, float("nan"))
         return (p.ms / base if base > 0 else None) if decode else 0.0
-    if metric == "output_throughput":
+    if metric == registry.OUTPUT_THROUGHPUT:
         runs = [(d, s) for d, s in zip(b.durations_s, b.engine_steps) if s]
         if not runs or p.steps != "all":
             return None
         return float(np.mean([d / (d + s * p.ms / 1000) - 1 for d, s in runs]))
-    if metric == "median_ttft_first_wave_ms":
+    if metric == registry.MEDIAN_TTFT_FIRST_WAVE:
         if not prefill or not b.first_wave or not b.max_num_batched_tokens or not b.ttft_first_wave_ms:
             return 0.0 if not prefill else None
         steps = math.ceil(b.first_wave / 2 * b.input_len / b.max_num_batched_tokens)

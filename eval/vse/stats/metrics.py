@@ -13,6 +13,7 @@ import scipy.stats as sps
 from vse.rundir.rawdata import RepeatResult
 from vse.rundir.records import RequestRecord
 from vse.scenario import Goodput
+from vse.stats import registry
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 # compute's per-request arrays, in vLLM's names (its --save-detailed file holds them)
@@ -160,10 +161,10 @@ def compute(
         "request_rate": request_rate,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
-        "request_throughput": len(ok) / duration,
-        "request_goodput": (good / duration) if good is not None else None,
-        "output_throughput": total_out / duration,
-        "total_token_throughput": (total_in + total_out) / duration,
+        registry.REQUEST_THROUGHPUT: len(ok) / duration,
+        registry.REQUEST_GOODPUT: (good / duration) if good is not None else None,
+        registry.OUTPUT_THROUGHPUT: total_out / duration,
+        registry.TOTAL_TOKEN_THROUGHPUT: (total_in + total_out) / duration,
         # the suite's exact peaks under vLLM's names (its block shows them); vLLM's own counts for
         # its result file (report/vllm_files.py puts them under these names there)
         "max_output_tokens_per_s": peaks.tokens_per_s,
@@ -189,7 +190,7 @@ def compute(
     # chunks' token counts are unknown (usage per chunk off).
     for stat, v in summarize(s.itl_token, percentiles).items():
         res[f"{stat}_itl_token_ms"] = v if s.itl_token else None
-    res["tmean_itl_token_ms"] = float(sps.trim_mean(np.asarray(s.itl_token) * 1000, TRIM)) if s.itl_token else None
+    res[registry.TMEAN_ITL_TOKEN] = float(sps.trim_mean(np.asarray(s.itl_token) * 1000, TRIM)) if s.itl_token else None
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res
@@ -208,13 +209,13 @@ def vllm_block(res: dict[str, Any], percentiles: list[float], goodput: bool = Fa
     row("Benchmark duration (s):", res["duration"], ".2f")
     row("Total input tokens:", res["total_input_tokens"])
     row("Total generated tokens:", res["total_output_tokens"])
-    row("Request throughput (req/s):", res["request_throughput"], ".2f")
-    if goodput and res.get("request_goodput") is not None:
-        row("Request goodput (req/s):", res["request_goodput"], ".2f")
-    row("Output token throughput (tok/s):", res["output_throughput"], ".2f")
+    row("Request throughput (req/s):", res[registry.REQUEST_THROUGHPUT], ".2f")
+    if goodput and res.get(registry.REQUEST_GOODPUT) is not None:
+        row("Request goodput (req/s):", res[registry.REQUEST_GOODPUT], ".2f")
+    row("Output token throughput (tok/s):", res[registry.OUTPUT_THROUGHPUT], ".2f")
     row("Peak output token throughput (tok/s):", res["max_output_tokens_per_s"], ".2f")
     row("Peak concurrent requests:", res["max_concurrent_requests"], ".2f")
-    row("Total token throughput (tok/s):", res["total_token_throughput"], ".2f")
+    row("Total token throughput (tok/s):", res[registry.TOTAL_TOKEN_THROUGHPUT], ".2f")
     for name in ("ttft", "tpot", "itl"):
         short, title = _TITLES[name]
         L.append("{s:{c}^{n}}".format(s=title, n=50, c="-"))

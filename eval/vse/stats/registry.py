@@ -7,6 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vse.scenario import FIRST_WAVE_DECODE  # the scenario's check needs it from a layer below this one
+
+# The keys code names by hand (a view's fixed column, a default, a formula): spelled once, here; a
+# test scans the package's string literals for any other spelling of a registry key.
+OUTPUT_THROUGHPUT = "output_throughput"
+TOTAL_TOKEN_THROUGHPUT = "total_token_throughput"
+REQUEST_THROUGHPUT = "request_throughput"
+REQUEST_GOODPUT = "request_goodput"
+MEAN_TTFT = "mean_ttft_ms"
+MEDIAN_TTFT = "median_ttft_ms"
+MEDIAN_TPOT = "median_tpot_ms"
+MEDIAN_ITL = "median_itl_ms"
+MEDIAN_ITL_TOKEN = "median_itl_token_ms"
+MEAN_ITL_TOKEN = "mean_itl_token_ms"
+TMEAN_ITL_TOKEN = "tmean_itl_token_ms"
+MEDIAN_TTFT_FIRST_WAVE = "median_ttft_first_wave_ms"
+MEDIAN_TTFT_STEADY = "median_ttft_steady_ms"
+ENERGY_PER_TOKEN = "energy_per_output_token_mj"
+
 
 @dataclass(frozen=True)
 class MetricDef:
@@ -29,25 +48,25 @@ def keys_for(view: str) -> tuple[str, ...]:
 
 # mJ, not J: a GPU spends tens of millijoules per token, which two decimals of joules would round away.
 ENERGY = MetricDef(
-    "energy_per_output_token_mj", "Energy per output token (mJ)", False, "energy_j", "per_token", frozenset({"trend"})
+    ENERGY_PER_TOKEN, "Energy per output token (mJ)", False, "energy_j", "per_token", frozenset({"trend"})
 )
 
 
 def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -> list[MetricDef]:
     defs = [
         MetricDef(
-            "output_throughput",
+            OUTPUT_THROUGHPUT,
             "Output throughput (tok/s)",
             True,
             "out_tokens",
             "rate",
             frozenset({"trend", "sweep", "headline"}),
         ),
-        MetricDef("total_token_throughput", "Total throughput (tok/s)", True, "total_tokens", "rate"),
-        MetricDef("request_throughput", "Request throughput (req/s)", True, "requests", "rate"),
+        MetricDef(TOTAL_TOKEN_THROUGHPUT, "Total throughput (tok/s)", True, "total_tokens", "rate"),
+        MetricDef(REQUEST_THROUGHPUT, "Request throughput (req/s)", True, "requests", "rate"),
     ]
     if goodput:
-        defs.append(MetricDef("request_goodput", "Goodput (req/s)", True, "good", "rate"))
+        defs.append(MetricDef(REQUEST_GOODPUT, "Goodput (req/s)", True, "good", "rate"))
     names = {
         "ttft": "TTFT",
         "tpot": "TPOT",
@@ -56,11 +75,11 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
         "e2el": "E2E latency",
     }
     views = {
-        "median_tpot_ms": {"trend", "decode", "sweep", "headline"},
-        "median_ttft_ms": {"headline"},
-        "median_itl_ms": {"decode", "sweep"},
-        "median_itl_token_ms": {"decode"},
-        "mean_itl_token_ms": {"decode"},
+        MEDIAN_TPOT: {"trend", "decode", "sweep", "headline"},
+        MEDIAN_TTFT: {"headline"},
+        MEDIAN_ITL: {"decode", "sweep"},
+        MEDIAN_ITL_TOKEN: {"decode"},
+        MEAN_ITL_TOKEN: {"decode"},
     }
     for src, name in names.items():
         stats_ = ["mean", "median"] + [f"p{p:g}" for p in percentiles if p != 50]
@@ -73,14 +92,14 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     # out (exploratory; docs/statistics.md "The decode gate" has the calibration behind it).
     defs.append(
         MetricDef(
-            "tmean_itl_token_ms", "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean", frozenset({"decode"})
+            TMEAN_ITL_TOKEN, "Trimmed mean ITL per token (ms)", False, "itl_token", "tmean", frozenset({"decode"})
         )
     )
     # The decode step with nothing else in it (first_wave_decode_ms): no prefill rides along and
     # coalescing only moves a window's two ends.
     defs.append(
         MetricDef(
-            "mean_decode_first_wave_ms",
+            FIRST_WAVE_DECODE,
             "Decode per token, first wave (ms)",
             False,
             "decode_first",
@@ -92,7 +111,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
     # wave of a run hits an idle server all at once; later requests arrive one by one.
     defs.append(
         MetricDef(
-            "median_ttft_first_wave_ms",
+            MEDIAN_TTFT_FIRST_WAVE,
             "Median TTFT, first wave (ms)",
             False,
             "ttft_first",
@@ -100,9 +119,7 @@ def metric_defs(percentiles: list[float], goodput: bool, energy: bool = False) -
             frozenset({"trend", "sweep"}),
         )
     )
-    defs.append(
-        MetricDef("median_ttft_steady_ms", "Median TTFT, after the first wave (ms)", False, "ttft_steady", "median")
-    )
+    defs.append(MetricDef(MEDIAN_TTFT_STEADY, "Median TTFT, after the first wave (ms)", False, "ttft_steady", "median"))
     if energy:  # only where NVML measured every run (a GPU)
         defs.append(ENERGY)
     keys = [m.key for m in defs]

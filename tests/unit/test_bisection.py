@@ -344,4 +344,6 @@ def test_the_trends_open_regression_becomes_a_bisection_of_its_arm_over_those_co
         bisect.from_trend(trend, 1, repo, "x{id}", [], tmp_path / "r", said.append)
     trend.write_text(json.dumps({"open_regressions": []}))
     assert bisect.from_trend(trend, 1, repo, "x{id}", [], tmp_path / "r", said.append) is None
+    with pytest.raises(SuiteError, match=r"--from-trend .*nope.json: not found"):
+        bisect.from_trend(tmp_path / "nope.json", 1, repo, "x{id}", [], tmp_path / "r", said.append)
     assert "nothing to bisect" in said[-1]

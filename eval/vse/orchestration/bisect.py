@@ -219,6 +219,8 @@ def from_trend(
     """A bisection of the trend's open regression number `series` (1-based) over the vLLM commits
     between its last good and first bad nights (wheels from the template); None where the trend has
     no open regression."""
+    if not trend_json.is_file():
+        raise SuiteError(f"--from-trend {trend_json}: not found (vse trend writes it beside trend.md)")
     regressions = read_json(trend_json).get("open_regressions", [])
     if not regressions:
         log(f"bisect: {trend_json} holds no open regression: nothing to bisect")

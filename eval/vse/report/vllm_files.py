@@ -43,21 +43,7 @@ class Layout:
 # A version between two takes the older one's; one whose file differs gets an entry here.
 LAYOUTS = (
     Layout((0, 26), ("input_lens", "output_lens", "ttfts", "itls", "start_times", "generated_texts", "errors")),
-    Layout(
-        (0, 32),
-        (
-            "input_lens",
-            "output_lens",
-            "ttfts",
-            "itls",
-            "latencies",
-            "start_times",
-            "queue_times",
-            "generated_texts",
-            "errors",
-        ),
-        kept=("latencies", "queue_times"),
-    ),
+    Layout((0, 32), metrics.PER_REQUEST, kept=("latencies", "queue_times")),
 )
 TOTALS = (
     "duration",

@@ -16,7 +16,7 @@ from vse.scenario import Goodput
 from vse.stats import registry
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
-# compute's per-request arrays, in vLLM's names (its --save-detailed file holds them)
+# compute's per-request arrays, in vLLM's names and in the order vLLM 0.32's --save-detailed file holds them
 PER_REQUEST = (
     "input_lens",
     "output_lens",
@@ -25,8 +25,8 @@ PER_REQUEST = (
     "latencies",
     "start_times",
     "queue_times",
-    "errors",
     "generated_texts",
+    "errors",
 )
 TRIM = 0.1  # the decode gate's interdecile mean cuts 10% from each end of the per-token times
 _TITLES = {

@@ -347,3 +347,18 @@ def test_the_trends_open_regression_becomes_a_bisection_of_its_arm_over_those_co
     with pytest.raises(SuiteError, match=r"--from-trend .*nope.json: not found"):
         bisect.from_trend(tmp_path / "nope.json", 1, repo, "x{id}", [], tmp_path / "r", said.append)
     assert "nothing to bisect" in said[-1]
+
+
+def test_the_bisection_page_links_each_steps_run_and_plots_its_intervals(tmp_path):
+    from vse.report import bisect as bisect_report
+
+    state, builds = bisect.new_state("scenarios/cpu-smoke.yaml", str(builds_file(tmp_path)), [], tmp_path, None, None)
+    assert bisect.run_bisect(state, builds, log=lambda m: None, runner=FakeCompare(k=5)) == ExitCode.OK
+    page = (Path(state["folder"]) / "bisect.html").read_text()
+    assert "CULPRIT: b5" in page and "<svg" not in page  # no step had an interval to draw
+    change = {"tmean_itl_token_ms": {"rel_change": 0.05, "ci_low": 0.03, "ci_high": 0.07}}
+    for s in state["steps"]:
+        s["changes"], s["run"] = change, str(Path(state["folder"]) / "runs" / s["build"] / "20261206T000000Z-x")
+    page = bisect_report.html(state)
+    assert "<svg" in page and "href='runs/b7/20261206T000000Z-x/report.html'" in page
+    assert "tmean_itl_token_ms +5.00% [+3.00%, +7.00%]" in page

@@ -30,7 +30,7 @@ from vse.orchestration.qualify import in_image
 from vse.orchestration.scenario_check import load_scenario
 from vse.report import bisect as bisect_report
 from vse.rundir.files import atomic_write_text, new_folder, read_json, write_json
-from vse.rundir.layout import BISECT_JSON, BISECT_MD, RunDir
+from vse.rundir.layout import BISECT_HTML, BISECT_JSON, BISECT_MD, RunDir
 from vse.scenario.builds import Builds, load_builds
 from vse.stats.bisection import Search, Verdict, error_bound, more_than_one_change, verdict_of
 
@@ -134,6 +134,7 @@ def write(state: dict[str, Any]) -> None:
     folder = Path(state["folder"])
     write_json(folder / BISECT_JSON, state)
     atomic_write_text(folder / BISECT_MD, bisect_report.markdown(state))
+    atomic_write_text(folder / BISECT_HTML, bisect_report.html(state))
 
 
 def new_state(

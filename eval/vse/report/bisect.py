@@ -1,8 +1,16 @@
-"""bisect.md from bisect.json (eval/vse/orchestration/bisect.py writes both after every step)."""
+"""bisect.md and bisect.html from bisect.json (eval/vse/orchestration/bisect.py writes all three after
+every step)."""
 
 from __future__ import annotations
 
+import html as html_lib
+import os
+from pathlib import Path
 from typing import Any
+
+from vse.rundir.layout import RunDir
+
+VERDICT_COLOURS = {"bad": "#d62728", "good": "#2ca02c", "skip": "#7f7f7f"}
 
 
 def _headline(state: dict[str, Any]) -> str:
@@ -82,3 +90,63 @@ def markdown(state: dict[str, Any]) -> str:
     total = sum(s.get("server_minutes", 0.0) for s in state["steps"])
     lines += ["", f"Server minutes in all: {total:.1f}. Each step's run directory holds its own reports."]
     return "\n".join(lines) + "\n"
+
+
+def _plot(state: dict[str, Any]) -> str:
+    """Each step's gated changes against the good end, with their 95% intervals, by build: where the
+    change comes in. Empty without a decided step's interval."""
+    from vse.report.plots import plt, svg
+
+    points = [
+        (s["index"], key, c, s["verdict"])
+        for s in state["steps"]
+        for key, c in s.get("changes", {}).items()
+        if None not in (c.get("rel_change"), c.get("ci_low"), c.get("ci_high"))
+    ]
+    if not points:
+        return ""
+    ids = [b["id"] for b in state["builds"]]
+    fig, ax = plt.subplots(figsize=(9, 3))
+    for i, key, c, verdict in points:
+        y = 100 * c["rel_change"]
+        err = [[y - 100 * c["ci_low"]], [100 * c["ci_high"] - y]]
+        ax.errorbar([i], [y], yerr=err, fmt="o", color=VERDICT_COLOURS.get(verdict, "k"), capsize=3)
+        ax.annotate(key, (i, y), textcoords="offset points", xytext=(5, 5), fontsize=7)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(ids)), [x[:12] for x in ids], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("change against the good end (%)")
+    return svg(fig)
+
+
+def html(state: dict[str, Any]) -> str:
+    """A page of its own: the answer, each step's verdict and gated changes with a link to its run's
+    report, and the changes by build with their intervals."""
+    folder = state["folder"]
+    esc = html_lib.escape
+    rows = []
+    for n, s in enumerate(state["steps"], 1):
+        link = "-"
+        if s.get("run"):
+            page = os.path.relpath(RunDir(Path(s["run"])).html, folder)
+            link = f"<a href='{esc(page)}'>{esc(os.path.dirname(page))}</a>"
+        colour = VERDICT_COLOURS.get(s["verdict"], "#000")
+        rows.append(
+            f"<tr><td>{n}</td><td>{esc(s['build'])}</td><td style='color:{colour}'><b>{esc(s['verdict'])}</b></td>"
+            f"<td>{s['exit_code']}</td><td>{esc(_change(s))}</td><td>{s.get('server_minutes', 0.0):.1f}</td>"
+            f"<td>{link}</td></tr>"
+        )
+    headline = esc(_headline(state).replace("**", ""))
+    return "\n".join(
+        [
+            "<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>Bisection: {esc(state['scenario'])}</title><style>body{{font-family:sans-serif;max-width:1100px;"
+            "margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 6px}</style>",
+            f"</head><body><h1>Bisection: {esc(state['scenario'])}</h1><p><b>{headline}</b></p>",
+            "<table><tr><th>step</th><th>build</th><th>verdict</th><th>exit</th>"
+            "<th>gated changes against the good end (95% intervals)</th><th>server minutes</th><th>run</th></tr>",
+            *rows,
+            "</table>",
+            f"<div>{_plot(state)}</div>",
+            "</body></html>",
+        ]
+    )

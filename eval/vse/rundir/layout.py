@@ -38,7 +38,7 @@ HISTORY_DB = f"{REPORTS}/history.sqlite"
 # The folders other commands write: a calibration's, a qualification's, the trend's.
 CALIBRATION_MD, CALIBRATION_JSON = "calibration.md", "calibration.json"
 QUALIFY_MD, QUALIFY_JSON = "index.md", "index.json"
-BISECT_MD, BISECT_JSON = "bisect.md", "bisect.json"  # a bisection's folder; its steps' run directories in runs/
+BISECT_MD, BISECT_JSON, BISECT_HTML = "bisect.md", "bisect.json", "bisect.html"  # a bisection's folder; runs/ its steps
 TREND_MD, TREND_HTML, TREND_JSON = "trend.md", "trend.html", "trend.json"
 
 

@@ -103,3 +103,19 @@ def test_a_tag_whose_pull_gives_no_digest_ends_the_build_in_one_line(repo):
     assert (
         r.stderr.strip() == "error: localhost/never-pushed:1 has no digest from localhost/never-pushed after its pull"
     )
+
+
+def test_every_image_is_built_from_its_base_by_digest_and_says_which(monkeypatch):
+    """Each Dockerfile builds FROM the BASE build-push.sh hands it (base-images.txt's line for its
+    kind, by digest) and keeps it as VSE_IMAGE_BASE, which every run records in environment.json."""
+    kinds = {ln.split()[0] for ln in (ROOT / "docker" / "base-images.txt").read_text().splitlines() if ln[:1].isalpha()}
+    assert kinds == {"gpu", "cpu"}
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        text = (ROOT / "docker" / name).read_text()
+        froms = [ln for ln in text.splitlines() if ln.startswith("FROM ")]
+        assert froms == ["FROM ${BASE}"], (name, froms)
+        assert "\nARG BASE\n" in text and "VSE_IMAGE_BASE=$BASE" in text, name
+    from vse.rundir.files import capture_environment
+
+    monkeypatch.setenv("VSE_IMAGE_BASE", "python@sha256:" + "a" * 64)
+    assert capture_environment({}, [])["image_base"] == "python@sha256:" + "a" * 64

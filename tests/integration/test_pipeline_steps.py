@@ -472,8 +472,12 @@ def test_the_nightlys_opt_in_bisection_plans_the_trends_regression_or_says_there
     step = steps("nightly.yml")["bisect"]
     assert step["if"] == 'build.env("VSE_BISECT_WHEELS") != null'  # opt-in
     env = {"ARTIFACTS": str(artifacts), "VSE_VLLM_GIT": str(repo), "BISECT_AGENTS": "2"}
-    code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
+    offline = ("unshare", "-n") if _offline_ok() else ()  # as every nightly step: nothing fetched
+    code, out, notes = agent(
+        as_agent_runs_it(step["command"]), prefix=offline, VSE_BISECT_WHEELS="file:///w/{id}.whl", **env
+    )
     assert code == 0, tail(out)
+    assert not any(fetch in out for fetch in FETCHING) and notes  # annotated, like every step
     (state,) = (agent.work / "reports").glob("*-bisect-cpu-smoke/bisect.json")
     s = json.loads(state.read_text())
     assert [b["id"] for b in s["builds"]] == shas and s["builds"][2]["wheel"] == f"file:///w/{shas[2]}.whl"

@@ -292,7 +292,11 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 def _add_bisect(sub: argparse._SubParsersAction) -> None:
     bi = sub.add_parser("bisect", help="the first build of an ordered list that FAILs against the good end")
     _scenario_args(bi)
-    bi.add_argument("--builds", default="", help="YAML: builds: [{id, python | command, arm}], oldest first")
+    bi.add_argument(
+        "--builds",
+        default="",
+        help="YAML: [wheel_template, wheel_python,] builds: [{id, python | command | wheel, arm}], oldest first",
+    )
     bi.add_argument("--from-trend", default="", help="a nightly's trend.json: bisect its open regression")
     bi.add_argument("--series", type=int, default=1, help="with --from-trend: which open regression (1-based)")
     bi.add_argument("--vllm-git", default="", help="with --from-trend: a vLLM clone holding both nights' commits")

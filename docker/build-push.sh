@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-}
-bases=docker/base-images.txt
+bases=${VSE_BASE_IMAGES:-docker/base-images.txt}  # another file: CI pins a base of its own registry
 engine=${CONTAINER:-docker}
 
 base_of() {  # the kind's line in base-images.txt: image:tag[@sha256:...]

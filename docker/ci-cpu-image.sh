@@ -66,14 +66,19 @@ drop_clean
 for _ in $(seq 50); do curl -fsS "http://$registry/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "http://$registry/v2/" >/dev/null || { echo "the local registry did not start:"; cat "$store/registry.log"; exit 1; }
 
-# The base comes from the registry, as docker/base-images.txt's do on a fleet: built FROM its digest,
-# which the image's label and every run's environment.json must name.
+# The base comes from the registry, as docker/base-images.txt's do on a fleet: a file of the same form
+# names it by tag, `build-push.sh refresh` pins its digest there (make base-images' own command),
+# and the image is built FROM that digest, which its label and every run's environment.json must name.
 base=$registry/debian-base:bookworm
 podman push -q --tls-verify=false localhost/debian-base "$base"
+bases=$store/base-images.txt
+echo "cpu $base" >"$bases"
+VSE_BASE_IMAGES=$bases CONTAINER=podman PULL_ARGS="--tls-verify=false" bash docker/build-push.sh refresh >/dev/null
+grep -q "^cpu $base@sha256:" "$bases" || { echo "build-push.sh refresh did not pin $base:"; cat "$bases"; exit 1; }
 err=$(mktemp)
 built=0
 CONTAINER=podman VSE_REGISTRY=$registry BUILDKITE_COMMIT=$rev PUSH_ARGS="--tls-verify=false" \
-  BASE=$base PULL_ARGS="--tls-verify=false" \
+  VSE_BASE_IMAGES=$bases \
   BUILD_ARGS="-q --network host --tls-verify=false --build-arg TORCH_INDEX_URL= \
     --build-arg PIP_FIND_LINKS=/opt/wheels --build-arg PIP_CERT=/etc/host-ca.crt \
     --build-arg NODE_EXTRA_CA_CERTS=/etc/host-ca.crt -v $ca:/etc/host-ca.crt:ro -v /opt/wheels:/opt/wheels:ro" \
@@ -92,6 +97,7 @@ echo "image built and pushed in $(( $(date +%s) - start )) s: $image"
 base_digest=$(podman image inspect --format '{{ range .RepoDigests }}{{ println . }}{{ end }}' "$base" | grep -m1 "^$registry/debian-base@sha256:")
 label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.base.digest" }}' "$image")
 [ "$label" = "${base_digest#*@}" ] || { echo "image base digest label is '$label', expected ${base_digest#*@}"; exit 1; }
+grep -q "is a tag, not a digest" "$err" && { echo "the build pulled the base by tag although $bases pins it"; exit 1; }
 echo "built FROM $base_digest"
 size=$(podman image inspect --format '{{ .Size }}' "$image")
 echo "image size: $(( size / 1000000000 )).$(( size / 100000000 % 10 )) GB"

@@ -31,7 +31,28 @@ def test_a_candidate_at_the_margin_passes_at_most_alpha_over_2_of_the_time(sprea
 
 def test_the_interval_is_the_geometric_mean_ratio_and_survives_a_text_scored_exactly():
     c, b = np.array([2.0, 8.0, 0.5]), np.array([1.0, 4.0, 0.25])
-    r, lo, hi = ratio_interval(c, b, 0.05)
+    r, lo, hi, _ = ratio_interval(c, b, 0.05)
     assert (r, lo, hi) == pytest.approx((2.0, 2.0, 2.0))
-    r, lo, hi = ratio_interval(np.array([0.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0]), 0.05)
+    r, lo, hi, _ = ratio_interval(np.array([0.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0]), 0.05)
     assert math.isfinite(lo) and r == pytest.approx(0.1)  # floored at a thousandth of the baseline's mean
+
+
+def test_the_fidelity_gates_p_value_agrees_with_its_interval_and_joins_the_releases_control():
+    """p of "beyond the margin" is at most alpha / 2 exactly when the gate FAILs (the t test its
+    interval inverts), so a release takes fidelity FAILs into its Holm with the other families'."""
+    from vse.orchestration import qualify
+    from vse.scenario import GatesSpec
+    from vse.stats import gates
+
+    rng = np.random.default_rng(7)
+    spec = GatesSpec(fidelity_max_extra_pct=10)
+    for _ in range(300):
+        n = int(rng.integers(3, 40))
+        b = rng.lognormal(0, 1, n)
+        c = b * rng.lognormal(float(rng.normal(0.1, 0.1)), float(rng.uniform(0.01, 0.3)), n)
+        r, lo, hi, se = ratio_interval(c, b, 0.05)
+        res = {"texts": n, "failed_texts": 0, "positions": 10 * n, "confidence": 0.95}
+        res |= {"ratio": r, "ratio_low": lo, "ratio_high": hi, "log_ratio_se": se}
+        (g,) = gates.fidelity(res, spec, "bf16")
+        assert (g.outcome.value == "fail") == (g.p_fail <= 0.025), (g.outcome, g.p_fail, lo)
+    assert "fidelity" in qualify.RELEASE_FAMILIES

@@ -78,16 +78,18 @@ def text_distance(a: Scored, b: Scored) -> tuple[float, int]:
 FLOOR = 1e-3
 
 
-def ratio_interval(c: np.ndarray, b: np.ndarray, alpha: float) -> tuple[float, float, float]:
+def ratio_interval(c: np.ndarray, b: np.ndarray, alpha: float) -> tuple[float, float, float, float]:
     """The geometric mean over texts of c / b and its two-sided (1 - alpha) interval, paired by
-    index: a t interval on the per-text log ratios, back-transformed."""
+    index: a t interval on the per-text log ratios, back-transformed; and the log ratio's standard
+    error (with n - 1 degrees of freedom: a gate's p-value at its margin comes from it)."""
     both = np.concatenate([c, b])
     positive = both[both > 0]
     floor = FLOOR * float(np.median(positive)) if positive.size else 1.0
     d = np.log(np.maximum(c, floor) / np.maximum(b, floor))
     m, n = float(d.mean()), len(d)
-    half = float(stats.t.ppf(1 - alpha / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
-    return math.exp(m), math.exp(m - half), math.exp(m + half)
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * se
+    return math.exp(m), math.exp(m - half), math.exp(m + half), se
 
 
 def compare(base: list[Scored], cand: list[Scored], ref: list[Scored], alpha: float = 0.05) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def compare(base: list[Scored], cand: list[Scored], ref: list[Scored], alpha: fl
     if db.mean() == 0:
         out["degenerate"] = "the baseline scores every text exactly as the reference does"
         return out
-    out["ratio"], out["ratio_low"], out["ratio_high"] = ratio_interval(dc, db, alpha)
+    out["ratio"], out["ratio_low"], out["ratio_high"], out["log_ratio_se"] = ratio_interval(dc, db, alpha)
     return out
 
 

@@ -167,10 +167,10 @@ def aggregate(suite: Suite, out: Path) -> int:
 
 
 # The gate families whose FAILs carry a p-value and are controlled together across a release:
-# performance gates, and accuracy keys (each key a test, Tango's score test at the margin; gsm8k's
-# two keys in the same family as every other test). Fidelity (a ratio interval) and agreement (a
-# threshold, no level) have none and stand as their runs decided them.
-RELEASE_FAMILIES = (GateFamily.PERFORMANCE.value, GateFamily.ACCURACY.value)
+# performance gates, accuracy keys (each key a test, Tango's score test at the margin; gsm8k's two
+# keys in the same family as every other test) and fidelity (the t test its ratio interval inverts).
+# Agreement is a threshold with no level: its FAILs stand as their runs decided them.
+RELEASE_FAMILIES = (GateFamily.PERFORMANCE.value, GateFamily.ACCURACY.value, GateFamily.FIDELITY.value)
 
 
 def demote_unsupported_fails(results: list[dict]) -> None:
@@ -196,7 +196,7 @@ def demote_unsupported_fails(results: list[dict]) -> None:
         if r["exit_code"] == ExitCode.GATE_FAILED and fails and all(g.get("release_stands") is False for g in fails):
             r["release_exit_code"] = ExitCode.INCONCLUSIVE
             r["release_note"] = (
-                f"its FAIL does not stand across the release's {len(tests)} performance and accuracy tests "
+                f"its FAIL does not stand across the release's {len(tests)} performance, accuracy and fidelity tests "
                 "(Holm over every entry's gates): INCONCLUSIVE here, FAIL in its own report"
             )
 

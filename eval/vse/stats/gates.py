@@ -16,7 +16,7 @@ from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec, GateFamily, GatesSpec
 from vse.stats import proportions as prop
 from vse.stats.decide import GateInput, Outcome, decide, holm
-from vse.stats.estimate import MetricComparison
+from vse.stats.estimate import MetricComparison, t_sf
 
 __all__ = ["Outcome", "GateResult"]
 
@@ -253,8 +253,19 @@ def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: boo
         f"[{lo:.3f}, {hi:.3f}] ({res['confidence']:.0%}, {res['texts']} texts, {res['positions']} positions) "
         f"vs at most {1 + m:.2f}"
     )
-    out = [GateResult(name, outcome, detail)]
+    out = [GateResult(name, outcome, detail, p_fail=_fidelity_p(res, m))]
     return _reported(out, "fidelity_mode") if gates.fidelity_mode == "report" else out
+
+
+def _fidelity_p(res: dict, m: float) -> float | None:
+    """One-sided p of "the ratio is above 1 + margin" (the t test the interval inverts: at most
+    alpha / 2 exactly when the interval lies wholly above); None for results made before the
+    standard error was kept."""
+    se = res.get("log_ratio_se")
+    if se is None:
+        return None
+    excess = math.log(res["ratio"]) - math.log1p(m)
+    return 0.0 if se == 0 and excess > 0 else 1.0 if se == 0 else t_sf(excess / se, res["texts"] - 1)
 
 
 def _reported(results: list[GateResult], key: str) -> list[GateResult]:

@@ -39,6 +39,7 @@ SMALL = [
     "workload.dataset.output_len=32",
     "--set",
     "accuracy.tasks=[gsm8k, vse_count]",  # gsm8k too (the default runs vse_count only): lm-eval's own task
+    "--set",
     "accuracy.limit={gsm8k: 4, vse_count: 24}",
     "--set",
     "accuracy.num_fewshot=2",

@@ -13,11 +13,11 @@ from conftest import MODEL, VLLM_PY, needs_server
 
 from vse import cli
 from vse.backends import Backend
-from vse.checks import accuracy, agreement, agreement_probe
 from vse.errors import KernelMismatchError, PreflightError, ServerError, tail
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.orchestration.scenario_check import load_scenario
+from vse.quality import accuracy, agreement, agreement_probe
 from vse.scenario import (
     AccuracySpec,
     AgreementSpec,
@@ -143,7 +143,7 @@ def test_teacher_forced_scores_cover_every_position_and_repeat_exactly(live, tmp
     """The fidelity gate's probe on a real server: the text's own top-k logprobs at every position
     after the first (the generated token dropped), the same on a second pass; a failing request is
     recorded with its cause, not raised."""
-    from vse.checks import fidelity
+    from vse.quality import fidelity
 
     texts = ["The capital of France is Paris. The capital of Italy is Rome.", "def f(x):\n    return x + 1\n"]
     a = agreement_probe.score(live.url, "smollm2", texts, 5, tmp_path / "a.jsonl")

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vse.checks import accuracy
 from vse.paths import SHIPPED_GSM8K
+from vse.quality import accuracy
 from vse.scenario import AccuracySpec
 
 RAW = {

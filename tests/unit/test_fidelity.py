@@ -1,5 +1,5 @@
 """The fidelity gate's interval keeps its coverage when texts differ widely in how far any kernel
-lands from the reference (eval/vse/checks/fidelity.py): simulated per-text distances with a shared
+lands from the reference (eval/vse/quality/fidelity.py): simulated per-text distances with a shared
 text difficulty (log sd 0 to 3) and the candidate exactly at the margin."""
 
 import math
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vse.checks.fidelity import ratio_interval
+from vse.quality.fidelity import ratio_interval
 
 
 def _pass_rate_at_margin(spread: float, texts: int = 16, margin: float = 0.10, sims: int = 2000) -> float:

@@ -1,7 +1,7 @@
 import pytest
 
-from vse.checks import agreement
-from vse.checks.agreement import Completion
+from vse.quality import agreement
+from vse.quality.agreement import Completion
 from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec, GatesSpec, PerfGate
 from vse.stats import gates
@@ -192,7 +192,7 @@ def test_a_margin_of_100_percent_on_a_higher_is_better_metric_allows_anything():
 
 def _scored(rows, toks):
     """Teacher-forced scores of one text per row: a position's top-k logprobs from its logits."""
-    from vse.checks.fidelity import Scored
+    from vse.quality.fidelity import Scored
 
     return [
         Scored(
@@ -209,7 +209,7 @@ def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
     baseline's error plus its own) FAILs, the baseline's own numerics or better ones PASS."""
     import numpy as np
 
-    from vse.checks import fidelity
+    from vse.quality import fidelity
 
     rng = np.random.default_rng(0)
     toks = [f"t{i}" for i in range(5)]
@@ -231,7 +231,7 @@ def test_fidelity_fails_an_extra_error_passes_a_copy_and_a_more_exact_kernel():
 
 
 def test_fidelity_without_scores_degenerate_or_reported():
-    from vse.checks import fidelity
+    from vse.quality import fidelity
 
     toks = ["a", "b"]
     flat = _scored([[[0.0, 0.0]] * 3] * 4, toks)

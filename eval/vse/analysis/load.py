@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from vse.checks import accuracy, agreement
-from vse.checks.agreement import Completion
 from vse.errors import DamagedRunError, SuiteError
+from vse.quality import accuracy, agreement
+from vse.quality.agreement import Completion
 from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats

@@ -21,9 +21,9 @@ from vse.analysis.verdict import (
     required,
     unplanned_look,
 )
-from vse.checks import agreement, fidelity
 from vse.gemm import predict as gemm_predict
 from vse.models import sources
+from vse.quality import agreement, fidelity
 from vse.rundir import seal, sweep_points
 from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
@@ -48,7 +48,7 @@ class Analysis:
     notes: list[str]
     noise_floor: list[estimate.MetricComparison] | None = None
     agreement_self: dict[str, Any] | None = None
-    fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/vse/checks/fidelity.py)
+    fidelity: dict[str, Any] | None = None  # to agreement.reference (eval/vse/quality/fidelity.py)
     disturbed: list[dict[str, Any]] = field(default_factory=list)  # every excluded or flagged run
     left_out: list[dict[str, Any]] = field(default_factory=list)  # runs and starts without a gated metric's value
     look: int = 1

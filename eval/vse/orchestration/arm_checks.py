@@ -11,10 +11,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from vse.checks import accuracy, agreement_probe
-from vse.checks.fidelity import Scored
 from vse.errors import SuiteError
 from vse.gemm import bench as gemm_bench
+from vse.quality import accuracy, agreement_probe
+from vse.quality.fidelity import Scored
 from vse.report import kernel_view
 from vse.rundir import seal
 from vse.rundir.files import RunStatus, write_json
@@ -119,7 +119,7 @@ class ArmChecks:
         seal.add(self.run_dir, [p for p in (d.agreement, d.agreement_self, d.scores) if p.is_file()])
 
     def score(self, arm: str, srv: VllmServer, texts: list[str]) -> list[Scored]:
-        """The texts scored teacher-forced, for fidelity to the reference (eval/vse/checks/fidelity.py)."""
+        """The texts scored teacher-forced, for fidelity to the reference (eval/vse/quality/fidelity.py)."""
         return agreement_probe.score(
             srv.url,
             self.s.model.served_name,

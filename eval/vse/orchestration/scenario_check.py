@@ -10,9 +10,9 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-from vse.checks.small_tasks import TASKS
 from vse.errors import ScenarioError
 from vse.paths import scenario_path
+from vse.quality.small_tasks import TASKS
 from vse.scenario import Scenario
 from vse.scenario.load import read_scenario
 from vse.stats.registry import metric_defs

@@ -182,7 +182,7 @@ class WorkloadSpec(Strict):
 
 class AccuracySpec(Strict):
     enabled: bool = True
-    tasks: list[str] = ["gsm8k"]  # lm-eval tasks, or the suite's own: vse_count (eval/vse/checks/small_tasks.py)
+    tasks: list[str] = ["gsm8k"]  # lm-eval tasks, or the suite's own: vse_count (eval/vse/quality/small_tasks.py)
     num_fewshot: int = Field(5, ge=0)
     limit: int | dict[str, int] | None = None  # questions per task (one number, or per task)
     data_dir: str | None = None  # offline gsm8k: a folder with train.jsonl and test.jsonl
@@ -214,7 +214,7 @@ class AgreementSpec(Strict):
     max_tokens: int = Field(32, ge=1)
     top_logprobs: int = Field(5, ge=0, le=20)
     prompts_path: str | None = None  # JSONL with {"prompt": ...}; default: a built-in set
-    # Fidelity (eval/vse/checks/fidelity.py): a third server, started once, with the same weights and a near-exact
+    # Fidelity (eval/vse/quality/fidelity.py): a third server, started once, with the same weights and a near-exact
     # numeric path (GPU FP8: backend torch; CPU: --dtype float32), scores run 0's first prompts as the arms do.
     reference: ArmSpec | None = None
     score_texts: int = Field(16, ge=2)

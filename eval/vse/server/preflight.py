@@ -15,8 +15,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from vse import backends
-from vse.checks import accuracy
 from vse.errors import PreflightError, UnsupportedError
+from vse.quality import accuracy
 from vse.rundir.files import check_room, run_bytes_estimate
 from vse.scenario import Device, Scenario
 from vse.server import whatif

@@ -223,7 +223,7 @@ def agreement(cmp: dict | None, self_cmp: dict | None, gates: GatesSpec, *, pend
 @_family(GateFamily.FIDELITY)
 def fidelity(res: dict | None, gates: GatesSpec, ref_label: str, *, pending: bool = False) -> list[GateResult]:
     """The candidate no farther from the reference than the baseline, within fidelity_max_extra_pct
-    (eval/vse/checks/fidelity.py): PASS when the (1 - alpha) interval of the distance ratio (geometric mean
+    (eval/vse/quality/fidelity.py): PASS when the (1 - alpha) interval of the distance ratio (geometric mean
     over texts) lies below
     1 + margin, FAIL when it lies above, INCONCLUSIVE between, as the performance gates decide."""
     name, m = f"fidelity to the reference ({ref_label})", gates.fidelity_max_extra_pct / 100

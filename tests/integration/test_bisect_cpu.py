@@ -17,49 +17,26 @@ starts (9 starts, not 12): a drift of the machine between the two then reads as 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, VLLM_PY, needs_server
+from conftest import CACHE, ROOT, needs_server
 
 from vse.errors import tail
 
 pytestmark = [needs_server, pytest.mark.server]
 
-SETS = [
-    "accuracy.enabled=false",
-    "agreement.enabled=false",
-    "workload.num_prompts=8",
-    "workload.repeats=1",
-    "workload.warmup_requests=2",
-    "workload.dataset.output_len=32",
-    "workload.usage_per_chunk=true",
-    "run.server_starts=3",
-    "gates.performance=[{metric: tmean_itl_token_ms, max_worse_pct: 150}]",
-]
-
 
 @pytest.fixture(scope="module")
 def bisection(tmp_path_factory):
+    """benchmarks/cpu_bisect.sh at three builds, the last planted: its settings are the test's."""
     tmp = tmp_path_factory.mktemp("bisect")
-    slow = {"planted_slowdown": {"cpu_ms_per_step": 400}}
-    builds = tmp / "builds.yaml"
-    builds.write_text(
-        json.dumps(
-            {
-                "builds": [
-                    {"id": "b0", "python": str(VLLM_PY)},
-                    {"id": "b1", "python": str(VLLM_PY)},
-                    {"id": "b2", "python": str(VLLM_PY), "arm": slow},
-                ]
-            }
-        )
-    )
-    argv = [sys.executable, "-m", "vse.cli", "bisect", "--scenario", "scenarios/cpu-smoke.yaml"]
-    argv += ["--builds", str(builds), "--reports", str(tmp), *[a for s in SETS for a in ("--set", s)]]
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    env = {**os.environ, "N": "3", "BAD": "2", "OUT": str(tmp), "VSE_CACHE": str(CACHE), "PY": sys.executable}
+    argv = ["bash", "benchmarks/cpu_bisect.sh"]
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     folder = next(tmp.glob("*-bisect-*"))
     return r, folder, json.loads((folder / "bisect.json").read_text())
 

@@ -42,7 +42,15 @@ state() {
 import json, sys
 r = json.load(open(sys.argv[1] + "/run.json"))
 stopped, status, code = r.get("stopped"), r.get("status"), r.get("exit_code")
-print(f"run {sys.argv[1]}: " + (f"stopped ({stopped}): call more again" if stopped else f"{status}, exit {code}: nothing more to run"))
+if stopped:
+    said = f"stopped ({stopped}): call more again"
+elif status == "complete":
+    said = f"complete, exit {code}: nothing more to run"
+elif status == "interrupted":  # the call's limit cut a start: what it saved stays, RESUME measures the rest
+    said = f"interrupted, exit {code}: call more again (it goes on from the last saved run)"
+else:
+    said = f"{status}, exit {code}: read its summary.md, whose last line is the cause"
+print(f"run {sys.argv[1]}: {said}")
 PY
 }
 LIMIT=${LIMIT:-570}  # SIGTERM before the device's limit: the suite stops its servers and keeps what it measured

@@ -2,6 +2,7 @@
 
 import json
 import sys
+import types
 
 import pytest
 
@@ -131,6 +132,33 @@ def test_budget_stops_between_starts_and_resume_goes_on(tmp_path, monkeypatch):
     assert calls == [("baseline", 0, True), ("candidate", 0, True), ("candidate", 1, False), ("baseline", 1, False)]
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "complete" and any(p["phase"] == "resumed" for p in run["phases"])
+
+
+def test_the_budget_counts_the_model_preparation(tmp_path, monkeypatch):
+    """As on the H100 (2026-12-06): converting and quantizing the real model took 89 s before the
+    first server start; a budget counted from after it let a start begin that the device call's
+    limit then cut. The clock runs from the call's start: preparation 100 s, a start 40 s, budget
+    200 s: two starts (100 + 40 + 40 = 180; a third would end at 220)."""
+    clock = types.SimpleNamespace(now=0.0)
+    monkeypatch.setattr(compare, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    calls, _ = fake_plan(monkeypatch)
+
+    def prepare(self):
+        clock.now += 100
+
+    def run_start(self, arm, start, with_checks):
+        calls.append((arm, start))
+        clock.now += 40
+        meta = self.run_dir / arm / f"bench-{start}.meta.json"
+        meta.parent.mkdir(exist_ok=True)
+        meta.write_text(json.dumps({"server_start": start, "started_ns": 0, "ended_ns": 40 * 10**9}))
+        seal.add(self.run_dir, [meta])
+
+    monkeypatch.setattr(compare.Orchestrator, "prepare", prepare)
+    monkeypatch.setattr(compare.Orchestrator, "run_start", run_start)
+    _, run_dir = plan_run(tmp_path, ["run.server_starts=3", "run.budget_s=200"])
+    assert calls == [("baseline", 0), ("candidate", 0)]
+    assert "budget" in json.loads((run_dir / "run.json").read_text())["stopped"]
 
 
 def test_resume_makes_up_checks_an_interrupted_call_lost(tmp_path, monkeypatch):

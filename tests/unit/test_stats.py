@@ -350,5 +350,8 @@ def test_no_metric_key_is_spelled_outside_the_registry():
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, ast.Constant) and node.value in keys:
                 found.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value}")
-    assert found == ["eval/vse/scenario/__init__.py:362 mean_decode_first_wave_ms"], found
+    # the file and the key, not the line: an edit elsewhere in the file moves it
+    assert [f.split(":")[0] + " " + f.split(" ")[1] for f in found] == [
+        "eval/vse/scenario/__init__.py mean_decode_first_wave_ms"
+    ], found
     assert registry.FIRST_WAVE_DECODE == "mean_decode_first_wave_ms"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vse.analysis import pace
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
 from vse.analysis.verdict import (
@@ -29,7 +30,7 @@ from vse.rundir.files import read_json
 from vse.rundir.layout import RunDir
 from vse.scenario import Scenario
 from vse.server import planted, whatif
-from vse.stats import decide, estimate, gates, metrics
+from vse.stats import decide, estimate, gates, metrics, registry
 from vse.stats.calibration import STEPS_KEY
 from vse.stats.gates import GateResult
 
@@ -83,7 +84,7 @@ def analyze(
     )
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
     notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
-    notes += _coalescing_notes(arms)
+    notes += _coalescing_notes(arms) + ([f"decode gates not decided: {why}"] if (why := pace.off_pace(arms)) else [])
     notes += width_notes(comparison, g.significance, {p.metric for p in g.performance})
     agree, self_agree = _agreements(arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
@@ -165,6 +166,7 @@ def _performance_gates(
     s: Scenario, arms: dict[str, ArmAnalysis], rows: list[estimate.MetricComparison], gate_alpha: float
 ) -> list[GateResult]:
     g, plan = s.gates, (s.run.server_starts, s.run.max_server_starts)
+    defs = registry.metric_defs(s.workload.percentiles, s.workload.goodput is not None)
     return gates.performance(
         rows,
         g,
@@ -172,6 +174,7 @@ def _performance_gates(
         undecidable=unplanned_look(s, arms),
         alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
         max_starts=s.run.max_server_starts or s.run.server_starts,
+        refused=pace.refused_metrics(arms, defs),
     )
 
 

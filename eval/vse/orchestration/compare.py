@@ -365,6 +365,9 @@ class Orchestrator:
         )
 
     def execute(self) -> None:
+        # The time budget is the caller's (a device call's limit): it counts the model's conversion
+        # and quantization too, which on a fresh machine take as long as a server start.
+        t0 = time.monotonic()
         if not self.opts.resume:
             self.prepare()
         else:
@@ -377,7 +380,6 @@ class Orchestrator:
                 self.reuse_arm(arm, src_run)
         self.server_count = run_state.next_server(self.run_dir)  # after a resumed run's or a reused arm's servers
         rs = self.s.run
-        t0 = time.monotonic()
         per_start = self.make_up_checks()
         # A reused arm's starts count as made (starts_done); the plan adds more of it when a look
         # needs them, or it could never look again: 3 + 4 is no look of the plan.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
+from vse.analysis import Analysis, ArmAnalysis, fmt_pct, pace, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
@@ -361,8 +361,8 @@ def _health(a: Analysis) -> list[str]:
         "## Measurement health",
         "",
         "| Arm | Repeat | Client mean TTFT (ms) | Server mean TTFT (ms) | Requests client / server | "
-        "Chunks per token | Event-loop lag p99 / max (ms) |",
-        "|---|---:|---:|---:|---|---:|---|",
+        "Chunks per token | Mean ITL per token client / server (ms) | Event-loop lag p99 / max (ms) |",
+        "|---|---:|---:|---:|---|---:|---|---|",
     ]
     for arm in (x for x in _arms(a) if x):
         for k, (m, dlt, lag) in enumerate(zip(arm.repeats, arm.server_deltas, arm.loop_lag_ms)):
@@ -371,7 +371,8 @@ def _health(a: Analysis) -> list[str]:
             L.append(
                 f"| {arm.name} | {k + 1} | {num(m[registry.MEAN_TTFT])} | {num(dlt.get('server_mean_ttft_ms'))} | "
                 f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
-                f"{num(m.get('chunks_per_token'))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
+                f"{num(m.get('chunks_per_token'))} | {num(m.get(registry.MEAN_ITL_TOKEN))} / "
+                f"{num(dlt.get(pace.SERVER_MEAN_ITL))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
             )
     return L + [""] + gpu_view.markdown_lines(a)
 

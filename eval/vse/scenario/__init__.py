@@ -273,7 +273,9 @@ class RunSpec(Strict):
     # Sequential: add a start per arm at a time until every gated metric is decided or one fails, up to this
     # many per arm (alpha is spent over the looks); None = a fixed design of server_starts.
     max_server_starts: int | None = Field(None, ge=1, le=100)
-    budget_s: float | None = Field(None, gt=0)  # stop adding starts when the next would not fit
+    # Seconds from the call's start, model preparation included: no server start begins that would
+    # not end inside it (a device call's limit; RESUME adds the rest).
+    budget_s: float | None = Field(None, gt=0)
     # On a GPU, time the model's FP8 GEMMs for the arms' backends once the comparison is measured
     # (about a minute): the report then shows the kernel view beside the end-to-end verdict.
     gemm_bench: bool = True

@@ -23,6 +23,9 @@ DELTA_FAMILIES = (
     "vllm:prefix_cache_hits",
     "vllm:iteration_tokens_total",  # tokens per engine step: the M the linear layers ran (eval/vse/gemm/predict.py)
 )
+# vLLM's own mean inter-token time (ms) over a repeat, from the engine core's output timestamps
+# (delta below): what the client's mean ITL per token is held against (eval/vse/analysis/pace.py).
+SERVER_MEAN_ITL = "server_mean_itl_ms"
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 

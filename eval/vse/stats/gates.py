@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import ParamSpec
 
 from vse.rundir.records import AccuracyResult
 from vse.scenario import AccuracySpec, GateFamily, GatesSpec
 from vse.stats import proportions as prop
-from vse.stats.decide import GateInput, Outcome, decide, holm
+from vse.stats.decide import GateDecision, GateInput, Outcome, decide, holm
 from vse.stats.estimate import MetricComparison, t_sf
 
 __all__ = ["Outcome", "GateResult"]
@@ -313,9 +313,11 @@ def performance(
     undecidable: str | None = None,
     alpha_at: Callable[[int], float] | None = None,
     max_starts: int | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> list[GateResult]:
     """Non-inferiority per gated metric with Holm across them; alpha is this look's. `undecidable`
-    (a look the alpha-spending plan never counted) turns every PASS and FAIL into INCONCLUSIVE."""
+    (a look the alpha-spending plan never counted) turns every PASS and FAIL into INCONCLUSIVE;
+    `refused` does so for the metrics it names (metric: why its reading is not the change's)."""
     by_key = {r.key: r for r in rows}
     out, inputs = [], []
     for g in gates.performance:
@@ -338,19 +340,15 @@ def performance(
         else:
             inputs.append((g.metric, GateInput(name, r.est, r.higher_is_better, g.max_worse_pct / 100)))
     decided = decide([gi for _, gi in inputs], alpha, alpha_at, max_starts)  # Holm needs every gate at once
-    if undecidable:
-        return out + [
-            GateResult(d.name, Outcome.INCONCLUSIVE, f"{d.detail}; not decided: {undecidable}", None, metric, d.p_fail)
-            if d.outcome in (Outcome.PASS, Outcome.FAIL)
-            else GateResult(d.name, d.outcome, d.detail, d.more_starts, metric, d.p_fail)
-            for (metric, _), d in zip(inputs, decided)
-        ]
-    return out + [
-        _unless_intermittent(
-            GateResult(d.name, d.outcome, d.detail, d.more_starts, metric, d.p_fail), by_key[metric], gi.margin
-        )
-        for (metric, gi), d in zip(inputs, decided)
-    ]
+
+    def finish(metric: str, gi: GateInput, d: GateDecision) -> GateResult:
+        res = GateResult(d.name, d.outcome, d.detail, d.more_starts, metric, d.p_fail)
+        why = undecidable or (refused or {}).get(metric)
+        if why and d.outcome in (Outcome.PASS, Outcome.FAIL):
+            return GateResult(d.name, Outcome.INCONCLUSIVE, f"{d.detail}; not decided: {why}", None, metric, d.p_fail)
+        return res if undecidable else _unless_intermittent(res, by_key[metric], gi.margin)
+
+    return out + [finish(metric, gi, d) for (metric, gi), d in zip(inputs, decided)]
 
 
 def intermittent(r: MetricComparison, margin: float) -> str | None:

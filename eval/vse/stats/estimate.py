@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import special
-from scipy import stats as sps
 
 from vse.rundir.records import RequestRecord
 from vse.stats.decode import first_wave_decode
-from vse.stats.metrics import TRIM, measured
+from vse.stats.metrics import measured, statistic
 from vse.stats.registry import MetricDef, metric_defs
 
 
@@ -111,16 +110,6 @@ def repeat_data(
     )
 
 
-def _stat(x: np.ndarray, stat: str) -> float:
-    if stat == "mean":
-        return float(np.mean(x))
-    if stat == "median":
-        return float(np.median(x))
-    if stat == "tmean":  # interdecile mean: 10% cut from each end (the decode gate, README "decode gate")
-        return float(sps.trim_mean(x, TRIM))
-    return float(np.percentile(x, float(stat[1:])))
-
-
 def point_value(d: RepeatData, m: MetricDef) -> float:
     """The run-level value of a metric, exactly as computed from all of the run's requests."""
     if m.stat == "per_token":  # energy per output token, mJ
@@ -137,7 +126,7 @@ def point_value(d: RepeatData, m: MetricDef) -> float:
     else:
         vals = getattr(d, m.source)
         vals = vals[np.isfinite(vals)]
-    return _stat(vals, m.stat) if len(vals) else float("nan")
+    return statistic(vals, m.stat) if len(vals) else float("nan")
 
 
 @dataclass(frozen=True)

@@ -72,11 +72,25 @@ def _pct_key(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
+def statistic(x: np.ndarray, stat: str) -> float:
+    """A registry statistic (MetricDef.stat: mean, median, tmean, pNN) of values: the one place it
+    is computed, for vLLM's result dictionary and for the run-level values the gates decide on."""
+    if stat == "mean":
+        return float(np.mean(x))
+    if stat == "median":
+        return float(np.median(x))
+    if stat == "tmean":  # interdecile mean: 10% cut from each end (the decode gate, README "decode gate")
+        return float(sps.trim_mean(x, TRIM))
+    return float(np.percentile(x, float(stat[1:])))
+
+
 def summarize(values: list[float], percentiles: list[float]) -> dict[str, float]:
+    """vLLM's statistics of one per-request array, in ms. A run without values reads 0 here, as in
+    vLLM's bench (its result file has no NaN); the run-level values the gates use read NaN instead."""
     a = np.asarray(values or [0.0]) * 1000.0
-    out = {"mean": float(a.mean()), "median": float(np.median(a)), "std": float(a.std())}
+    out = {"mean": statistic(a, "mean"), "median": statistic(a, "median"), "std": float(a.std())}
     for p in percentiles:
-        out[f"p{_pct_key(p)}"] = float(np.percentile(a, p))
+        out[f"p{_pct_key(p)}"] = statistic(a, f"p{p}")
     return out
 
 
@@ -190,7 +204,7 @@ def compute(
     # chunks' token counts are unknown (usage per chunk off).
     for stat, v in summarize(s.itl_token, percentiles).items():
         res[f"{stat}_itl_token_ms"] = v if s.itl_token else None
-    res[registry.TMEAN_ITL_TOKEN] = float(sps.trim_mean(np.asarray(s.itl_token) * 1000, TRIM)) if s.itl_token else None
+    res[registry.TMEAN_ITL_TOKEN] = statistic(np.asarray(s.itl_token) * 1000, "tmean") if s.itl_token else None
     for stat, v in summarize(s.queue, percentiles).items():
         res[f"{stat}_client_queue_time_ms"] = v
     return res

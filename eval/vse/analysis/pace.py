@@ -19,8 +19,8 @@ from vse.analysis.load import ArmAnalysis
 from vse.server.prometheus import SERVER_MEAN_ITL
 from vse.stats import registry
 
-# Every committed GPU and CPU run so far sits within 0.4% on mean, 0.8% on one run (docs/measurements.md,
-# "Whose pace the client reads"); a decode gate's margin is 5%.
+# Well below a decode gate's margin (5%), well above what runs that kept pace show (docs/measurements.md,
+# "Engine or API server: whose pace the client reads").
 TOLERANCE = 0.02
 # The per-request arrays a decode measure is built from (registry.MetricDef.source)
 DECODE_SOURCES = frozenset({"tpot", "itl", "itl_token", "decode_first"})

@@ -26,7 +26,7 @@ def test_a_client_that_keeps_pace_refuses_nothing():
     # as on the H100 (the 1.5B model at c128, half its tokens packed into multi-token chunks): +0.1-0.3%
     arms = {"baseline": arm("baseline", [4.50, 4.48], [4.49, 4.47]), "candidate": arm("candidate", [4.37], [4.36])}
     assert pace.off_pace(arms) is None
-    assert pace.refused_metrics(arms, registry.metric_defs([99], False)) == {}
+    assert pace.refused_metrics(pace.off_pace(arms), registry.metric_defs([99], False)) == {}
     # no per-token timing (usage_per_chunk off) or no scrape: nothing to hold it against, nothing refused
     assert (
         pace.off_pace({"baseline": arm("baseline", [None], [4.4]), "candidate": arm("candidate", [4.4], [None])})
@@ -38,7 +38,7 @@ def test_a_client_behind_the_engine_refuses_the_decode_gates_only():
     arms = {"baseline": arm("baseline", [4.50], [4.49]), "candidate": arm("candidate", [4.70, 4.72], [4.40, 4.41])}
     why = pace.off_pace(arms)
     assert why and "candidate +6.9% over 2 run(s)" in why and "baseline" not in why and "--api-server-count" in why
-    refused = pace.refused_metrics(arms, registry.metric_defs([99], False))
+    refused = pace.refused_metrics(pace.off_pace(arms), registry.metric_defs([99], False))
     assert {registry.FIRST_WAVE_DECODE, registry.MEDIAN_TPOT, registry.MEAN_ITL_TOKEN, registry.MEDIAN_ITL} <= set(
         refused
     )

@@ -65,7 +65,7 @@ def off_pace(arms: dict[str, ArmAnalysis]) -> str | None:
     )
 
 
-def refused_metrics(arms: dict[str, ArmAnalysis], defs: list[registry.MetricDef]) -> dict[str, str]:
-    """Decode metrics a gate may not decide on this run, each with why (empty where the client kept pace)."""
-    why = off_pace(arms)
+def refused_metrics(why: str | None, defs: list[registry.MetricDef]) -> dict[str, str]:
+    """Decode metrics a gate may not decide, each with why (off_pace's answer; empty where the client
+    kept pace)."""
     return {m.key: why for m in defs if m.source in DECODE_SOURCES} if why else {}

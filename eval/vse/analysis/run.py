@@ -84,7 +84,8 @@ def analyze(
     )
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
     notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
-    notes += _coalescing_notes(arms) + ([f"decode gates not decided: {why}"] if (why := pace.off_pace(arms)) else [])
+    off_pace = pace.off_pace(arms)  # read once: the note and the decode gates say the same
+    notes += _coalescing_notes(arms) + ([f"decode gates not decided: {off_pace}"] if off_pace else [])
     notes += width_notes(comparison, g.significance, {p.metric for p in g.performance})
     agree, self_agree = _agreements(arms)
     fid = fidelity.from_run(run_dir, g.significance) if s.agreement.reference else None
@@ -102,7 +103,7 @@ def analyze(
             "gated metrics are estimated and decided on every run, disturbed ones included; exploratory "
             "rows leave disturbed runs out of their start's mean"
         )
-    results += _performance_gates(s, arms, gate_rows, gate_alpha)
+    results += _performance_gates(s, arms, gate_rows, gate_alpha, off_pace)
     results += required(s, results)
     noise = analyze(noise_run) if noise_run is not None else None
     if noise is not None and noise_run is not None:
@@ -163,8 +164,13 @@ def _output_gates(
 
 
 def _performance_gates(
-    s: Scenario, arms: dict[str, ArmAnalysis], rows: list[estimate.MetricComparison], gate_alpha: float
+    s: Scenario,
+    arms: dict[str, ArmAnalysis],
+    rows: list[estimate.MetricComparison],
+    gate_alpha: float,
+    off_pace: str | None,
 ) -> list[GateResult]:
+    """off_pace: why the client's decode readings are not the engine's (pace.off_pace), or None."""
     g, plan = s.gates, (s.run.server_starts, s.run.max_server_starts)
     defs = registry.metric_defs(s.workload.percentiles, s.workload.goodput is not None)
     return gates.performance(
@@ -174,7 +180,7 @@ def _performance_gates(
         undecidable=unplanned_look(s, arms),
         alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
         max_starts=s.run.max_server_starts or s.run.server_starts,
-        refused=pace.refused_metrics(arms, defs),
+        refused=pace.refused_metrics(off_pace, defs),
     )
 
 

@@ -23,9 +23,16 @@ DELTA_FAMILIES = (
     "vllm:prefix_cache_hits",
     "vllm:iteration_tokens_total",  # tokens per engine step: the M the linear layers ran (eval/vse/gemm/predict.py)
 )
-# vLLM's own mean inter-token time (ms) over a repeat, from the engine core's output timestamps
-# (delta below): what the client's mean ITL per token is held against (eval/vse/analysis/pace.py).
-SERVER_MEAN_ITL = "server_mean_itl_ms"
+
+
+def _mean_key(short: str) -> str:
+    """delta's key for a histogram's mean over the repeat, in ms."""
+    return f"server_mean_{short}_ms"
+
+
+# vLLM's own mean inter-token time over a repeat, from the engine core's output timestamps: what the
+# client's mean ITL per token is held against (eval/vse/analysis/pace.py).
+SERVER_MEAN_ITL = _mean_key("itl")
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -70,7 +77,7 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     ):
         n, s = d.get(fam + "_count", 0.0), d.get(fam + "_sum", 0.0)
         if n:
-            d[f"server_mean_{short}_ms"] = s / n * 1000.0
+            d[_mean_key(short)] = s / n * 1000.0
             d[f"server_count_{short}"] = n
     return d
 

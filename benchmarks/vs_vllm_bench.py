@@ -47,7 +47,7 @@ KEYS = [
     ("median_itl_ms", "Median ITL (ms)", None),
     ("p99_itl_ms", "P99 ITL (ms)", None),
     ("request_throughput", "Request throughput (req/s)", None),
-    ("server_mean_ttft_ms", "Server-side mean TTFT (ms)", None),
+    (prometheus.SERVER_MEAN_TTFT, "Server-side mean TTFT (ms)", None),
     ("server_prefix_cache_hits", "Server prefix-cache hits (tokens)", None),
 ]
 NO_PREFIX_CACHE = "--no-enable-prefix-caching"
@@ -57,7 +57,7 @@ def server_view(d: dict | None) -> dict:
     """The server's own numbers for one run, from a /metrics delta."""
     d = d or {}
     return {
-        "server_mean_ttft_ms": d.get("server_mean_ttft_ms"),
+        prometheus.SERVER_MEAN_TTFT: d.get(prometheus.SERVER_MEAN_TTFT),
         "server_prefix_cache_hits": d.get("vllm:prefix_cache_hits_total"),
     }
 
@@ -238,7 +238,7 @@ def _value(row: dict, key: str) -> float | None:
     """A stored metric, or the one derived row: what the client adds to the server's own TTFT."""
     if key != CLIENT_MINUS_SERVER:
         return row.get(key)
-    server = row.get("server_mean_ttft_ms")
+    server = row.get(prometheus.SERVER_MEAN_TTFT)
     return None if server is None else row["mean_ttft_ms"] - server
 
 

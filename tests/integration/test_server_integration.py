@@ -97,7 +97,7 @@ def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
     d = res.meta["server_metrics_delta"]
     assert prometheus.requests_finished(d) == 24  # warm-up excluded from the deltas
     assert d["vllm:generation_tokens_total"] == 24 * 24
-    assert abs(d["server_mean_ttft_ms"] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
+    assert abs(d[prometheus.SERVER_MEAN_TTFT] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
 
 
 def test_lm_eval_gsm8k_offline(live, tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import numpy as np
 from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
 from vse.scenario import GateFamily, Scenario
+from vse.server.prometheus import REQUESTS_FINISHED, SERVER_MEAN_TTFT
 from vse.stats import estimate, gates, registry
 from vse.stats.gates import GateResult, Outcome
 
@@ -152,8 +153,8 @@ def _listed(arm: str, i: int, start: int, why: str, action: str, delta: dict[str
         "server_start": start,
         "why": why,
         "action": action,
-        "server_mean_ttft_ms": delta.get("server_mean_ttft_ms"),
-        "server_requests": delta.get("vllm:request_success_total"),
+        SERVER_MEAN_TTFT: delta.get(SERVER_MEAN_TTFT),
+        "server_requests": delta.get(REQUESTS_FINISHED),
     }
 
 

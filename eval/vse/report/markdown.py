@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
-from vse.analysis import Analysis, ArmAnalysis, fmt_pct, pace, starts_made
+from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
+from vse.server.prometheus import REQUESTS_FINISHED, SERVER_MEAN_ITL, SERVER_MEAN_TTFT
 from vse.stats import registry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome
@@ -248,7 +249,7 @@ def _disturbed(a: Analysis) -> list[str]:
         "|---|---:|---:|---|---|---:|---:|",
         *(
             f"| {d['arm']} | {d['run']} | {d['server_start'] + 1} | {d['why']} | {d['action']} | "
-            f"{num(d['server_mean_ttft_ms'])} | {num(d['server_requests'])} |"
+            f"{num(d[SERVER_MEAN_TTFT])} | {num(d['server_requests'])} |"
             for d in a.disturbed
         ),
         "",
@@ -367,12 +368,12 @@ def _health(a: Analysis) -> list[str]:
     for arm in (x for x in _arms(a) if x):
         for k, (m, dlt, lag) in enumerate(zip(arm.repeats, arm.server_deltas, arm.loop_lag_ms)):
             dlt = dlt or {}
-            srv_n = dlt.get("vllm:request_success_total")
+            srv_n = dlt.get(REQUESTS_FINISHED)
             L.append(
-                f"| {arm.name} | {k + 1} | {num(m[registry.MEAN_TTFT])} | {num(dlt.get('server_mean_ttft_ms'))} | "
+                f"| {arm.name} | {k + 1} | {num(m[registry.MEAN_TTFT])} | {num(dlt.get(SERVER_MEAN_TTFT))} | "
                 f"{m['completed']} / {int(srv_n) if srv_n is not None else 'n/a'} | "
                 f"{num(m.get('chunks_per_token'))} | {num(m.get(registry.MEAN_ITL_TOKEN))} / "
-                f"{num(dlt.get(pace.SERVER_MEAN_ITL))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
+                f"{num(dlt.get(SERVER_MEAN_ITL))} | {num(lag.get('p99'))} / {num(lag.get('max'))} |"
             )
     return L + [""] + gpu_view.markdown_lines(a)
 

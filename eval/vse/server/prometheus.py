@@ -33,6 +33,10 @@ def _mean_key(short: str) -> str:
 # vLLM's own mean inter-token time over a repeat, from the engine core's output timestamps: what the
 # client's mean ITL per token is held against (eval/vse/analysis/pace.py).
 SERVER_MEAN_ITL = _mean_key("itl")
+# vLLM's own mean TTFT over a repeat: the server's view of a run the disturbed rule lists.
+SERVER_MEAN_TTFT = _mean_key("ttft")
+# delta's count of requests the server finished over a repeat
+REQUESTS_FINISHED = "vllm:request_success_total"
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -83,4 +87,4 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
 
 
 def requests_finished(d: dict[str, Any]) -> float:
-    return d.get("vllm:request_success_total", 0.0)
+    return d.get(REQUESTS_FINISHED, 0.0)

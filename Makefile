@@ -149,9 +149,14 @@ UNIT_WORKERS ?= auto
 test-unit: $(SUITE_ENV)
 	$(PY) -m pytest -q -rs -n $(UNIT_WORKERS) tests/unit
 
-# -v: each integration test is named as it starts (some run for minutes), its duration at the end
+# -v: each integration test is named as it starts (some run for minutes), its duration at the end.
+# Two passes: the tests that read nothing from a clock (replayed examples, pipelines, histories, a
+# server's outputs) on every core, then the ones marked `server` one at a time, whose comparisons
+# gate on the timings a neighbour would skew (INTEGRATION_WORKERS=0: the first pass in one process).
+INTEGRATION_WORKERS ?= auto
 test-integration: $(SUITE_ENV) setup
-	$(PY) -m pytest -v -rs --durations=25 tests/integration
+	$(PY) -m pytest -v -rs --durations=15 -n $(INTEGRATION_WORKERS) -m "not server" tests/integration
+	$(PY) -m pytest -v -rs --durations=25 -m server tests/integration
 
 # Mutation testing of the statistics core: each slip in tests/mutate.py must fail the unit tests
 # (about a minute per mutant the tests let live; the score is printed, exit 1 if one survives).

@@ -7,6 +7,8 @@
 #   bash docker/ci-cpu-image.sh        (from the repository root; needs root for podman)
 # .ci/run starts it in the background before its tests, with VSE_CI_IMAGE_AFTER (below).
 set -euo pipefail
+# set -e ends the script at a failing command without a word: name it
+trap 'echo "CPU image: ci-cpu-image.sh line $LINENO failed (exit $?)"' ERR
 cd "$(dirname "$0")/.."
 store=${VSE_CONTAINER_DIR:-/tmp/vse-container}
 source ../shared/container/base-image.sh "$store"
@@ -94,7 +96,11 @@ if [ "$built" != 0 ]; then
 fi
 image=$(tail -1 "$store/build.out")
 echo "image built and pushed in $(( $(date +%s) - start )) s: $image"
-base_digest=$(podman image inspect --format '{{ range .RepoDigests }}{{ println . }}{{ end }}' "$base" | grep -m1 "^$registry/debian-base@sha256:")
+# Read whole, then searched: `inspect | grep -m1` under pipefail ends the script without a word
+# whenever grep's early exit cuts podman's output (SIGPIPE); a fresh-clone walk ended here so.
+digests=$(podman image inspect --format '{{ range .RepoDigests }}{{ println . }}{{ end }}' "$base")
+base_digest=$(grep -m1 "^$registry/debian-base@sha256:" <<<"$digests") ||
+  { echo "the base $base has no digest from $registry: $digests"; exit 1; }
 label=$(podman image inspect --format '{{ index .Labels "org.opencontainers.image.base.digest" }}' "$image")
 [ "$label" = "${base_digest#*@}" ] || { echo "image base digest label is '$label', expected ${base_digest#*@}"; exit 1; }
 grep -q "is a tag, not a digest" "$err" && { echo "the build pulled the base by tag although $bases pins it"; exit 1; }
@@ -135,7 +141,8 @@ podman run --rm --network none --shm-size 2g -v "$out:/suite/reports" "$image" \
   --set workload.dataset.output_len=32 --set run.server_starts=1
 code=$?
 set -e
-run=$(ls -d "$out"/*/ | head -1)
+runs=("$out"/*/)
+run=${runs[0]}
 echo "compare inside the pulled image, no network: exit $code, run $run"
 # One start per arm is a quick look: it never decides a gate, so 3 (INCONCLUSIVE) is its outcome.
 case $code in 0|3) ;; *) echo "the smoke compare in the image exited $code"; exit 1 ;; esac

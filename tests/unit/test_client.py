@@ -181,7 +181,11 @@ def test_concurrency_cap_records_client_queue_time():
 
     res = asyncio.run(go())
     queued = sorted(r.queue_s for r in res.records)
-    assert queued[:2] == pytest.approx([0, 0], abs=0.02)
+    shortest = min((r.end_ns - r.send_ns) / 1e9 for r in res.records)
+    # Against the requests' own length, not a fixed 20 ms: a busy machine's event loop once took
+    # 23 ms to send the second request of the first pair.
+    assert queued[1] < shortest  # the first pair is sent at once, not held for a slot
+    assert queued[2] >= shortest  # the third waits for one of them to end
     assert queued[-1] > 0.15  # the last pair waited for two earlier pairs
 
 

@@ -154,12 +154,9 @@ test-unit: $(SUITE_ENV)
 # server's outputs) on every core, then the ones marked `server` one at a time, whose comparisons
 # gate on the timings a neighbour would skew (INTEGRATION_WORKERS=0: the first pass in one process).
 INTEGRATION_WORKERS ?= auto
-define integration_tests
-$(PY) -m pytest -v -rs --durations=15 -n $(INTEGRATION_WORKERS) -m "not server" tests/integration
-$(PY) -m pytest -v -rs --durations=25 -m server tests/integration
-endef
 test-integration: $(SUITE_ENV) setup
-	$(integration_tests)
+	$(PY) -m pytest -v -rs --durations=15 -n $(INTEGRATION_WORKERS) -m "not server" tests/integration
+	$(PY) -m pytest -v -rs --durations=25 -m server tests/integration
 
 # Mutation testing of the statistics core: each slip in tests/mutate.py must fail the unit tests
 # (about a minute per mutant the tests let live; the score is printed, exit 1 if one survives).

@@ -97,7 +97,7 @@ fi
 image=$(tail -1 "$store/build.out")
 echo "image built and pushed in $(( $(date +%s) - start )) s: $image"
 # Read whole, then searched: `inspect | grep -m1` under pipefail ends the script without a word
-# whenever grep's early exit cuts podman's output (SIGPIPE); a fresh-clone walk ended here so.
+# whenever grep's early exit cuts podman's output (SIGPIPE).
 digests=$(podman image inspect --format '{{ range .RepoDigests }}{{ println . }}{{ end }}' "$base")
 base_digest=$(grep -m1 "^$registry/debian-base@sha256:" <<<"$digests") ||
   { echo "the base $base has no digest from $registry: $digests"; exit 1; }

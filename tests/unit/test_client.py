@@ -182,8 +182,8 @@ def test_concurrency_cap_records_client_queue_time():
     res = asyncio.run(go())
     queued = sorted(r.queue_s for r in res.records)
     shortest = min((r.end_ns - r.send_ns) / 1e9 for r in res.records)
-    # Against the requests' own length, not a fixed 20 ms: a busy machine's event loop once took
-    # 23 ms to send the second request of the first pair.
+    # Against the requests' own length, not a fixed bound: a busy machine's event loop can be late
+    # sending the second request of the first pair, never as late as a whole request.
     assert queued[1] < shortest  # the first pair is sent at once, not held for a slot
     assert queued[2] >= shortest  # the third waits for one of them to end
     assert queued[-1] > 0.15  # the last pair waited for two earlier pairs

@@ -17,7 +17,7 @@ from vse.report import gpu_view, kernel_view, markdown, sweep
 from vse.report.plots import plt, svg
 from vse.scenario import ARMS
 from vse.stats import registry
-from vse.stats.metrics import measured, seconds_since
+from vse.stats.metrics import measured, per_second
 
 COLORS = {"baseline": "#1f77b4", "candidate": "#d62728"}
 _MAX_POINTS = 1500
@@ -66,16 +66,8 @@ def throughput_plot(arms: list[ArmAnalysis]) -> Markup:
             t0 = min(r.scheduled_ns for r in measured(rep.records))
             t1 = max(r.end_ns for r in ok)
             n = int(math.ceil((t1 - t0) / 1e9)) + 1
-            at: list[int] = []
-            carried: list[float] = []
-            for r in ok:
-                # Without per-chunk usage a coalesced chunk counts one; spread the request's exact
-                # total over its chunks so a coalescing server's throughput is not undercounted.
-                scale = r.output_tokens / max(sum(r.chunk_tokens), 1)
-                m = min(len(r.chunk_ns), len(r.chunk_tokens))
-                at += r.chunk_ns[:m]
-                carried += (np.asarray(r.chunk_tokens[:m], dtype=np.float64) * scale).tolist()
-            tok = np.bincount(seconds_since(at, t0), weights=np.array(carried, dtype=np.float64), minlength=n)
+            # each request's exact total over its chunks: a coalescing server's throughput is not undercounted
+            tok, _ = per_second(ok, t0, n, spread_to_output=True)
             ax.plot(
                 np.arange(n),
                 tok,

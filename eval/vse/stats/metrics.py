@@ -112,27 +112,38 @@ def seconds_since(at_ns: list[int], t0_ns: int) -> np.ndarray:
     return ((np.array(at_ns, dtype=np.int64) - t0_ns) / 1e9).astype(np.int64)
 
 
+def per_second(
+    records: list[RequestRecord], t0_ns: int, n: int, spread_to_output: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens and chunks in each of n one-second buckets after t0, from every record's chunks (a
+    record without per-chunk counts adds none). spread_to_output scales each request's chunks to add
+    up to its exact output: without per-chunk usage a coalesced chunk counts one token."""
+    at: list[int] = []
+    carried: list[float] = []
+    for r in records:
+        m = min(len(r.chunk_ns), len(r.chunk_tokens))
+        at += r.chunk_ns[:m]
+        if spread_to_output:
+            scale = r.output_tokens / max(sum(r.chunk_tokens), 1)
+            carried += (np.asarray(r.chunk_tokens[:m], dtype=np.float64) * scale).tolist()
+        else:
+            carried += r.chunk_tokens[:m]
+    bucket = seconds_since(at, t0_ns)
+    return np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n), np.bincount(
+        bucket, minlength=n
+    )
+
+
 def _peaks(ok: list[RequestRecord]) -> Peaks:
     if not ok:
         return Peaks()
     t0 = min(r.send_ns for r in ok)
     n = int(math.ceil((max(r.end_ns for r in ok) - t0) / 1e9)) + 1
-    at: list[int] = []
-    carried: list[int] = []
-    for r in ok:
-        m = min(len(r.chunk_ns), len(r.chunk_tokens))  # a record without per-chunk counts adds no chunk
-        at += r.chunk_ns[:m]
-        carried += r.chunk_tokens[:m]
-    # every chunk's one-second bucket at once: both views from one pass
-    bucket = seconds_since(at, t0)
-    tokens = np.bincount(bucket, weights=np.array(carried, dtype=np.float64), minlength=n)
-    chunks = np.bincount(bucket, minlength=n)
+    tokens, chunks = per_second(ok, t0, n)
     # Each request counts in every bucket from its send's to its end's: +1 and -1 summed up
-    first = np.array([int((r.send_ns - t0) / 1e9) for r in ok])
-    last = np.array([int((r.end_ns - t0) / 1e9) for r in ok])
     edges = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(edges, first, 1)
-    np.add.at(edges, last + 1, -1)
+    np.add.at(edges, seconds_since([r.send_ns for r in ok], t0), 1)
+    np.add.at(edges, seconds_since([r.end_ns for r in ok], t0) + 1, -1)
     touching = np.cumsum(edges[:n])
     events = sorted(
         [(r.send_ns, 1) for r in ok] + [((r.chunk_ns[-1] if r.chunk_ns else r.end_ns), -1) for r in ok],

@@ -32,6 +32,7 @@ from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.models import sources
 from vse.orchestration.scenario_check import load_scenario
+from vse.rundir.records import SERVER_MEAN_TTFT
 from vse.scenario import DEFAULT_CACHE
 from vse.server import prometheus
 from vse.server.process import ServerConfig, VllmServer
@@ -47,7 +48,7 @@ KEYS = [
     ("median_itl_ms", "Median ITL (ms)", None),
     ("p99_itl_ms", "P99 ITL (ms)", None),
     ("request_throughput", "Request throughput (req/s)", None),
-    (prometheus.SERVER_MEAN_TTFT, "Server-side mean TTFT (ms)", None),
+    (SERVER_MEAN_TTFT, "Server-side mean TTFT (ms)", None),
     ("server_prefix_cache_hits", "Server prefix-cache hits (tokens)", None),
 ]
 NO_PREFIX_CACHE = "--no-enable-prefix-caching"
@@ -57,7 +58,7 @@ def server_view(d: dict | None) -> dict:
     """The server's own numbers for one run, from a /metrics delta."""
     d = d or {}
     return {
-        prometheus.SERVER_MEAN_TTFT: d.get(prometheus.SERVER_MEAN_TTFT),
+        SERVER_MEAN_TTFT: d.get(SERVER_MEAN_TTFT),
         "server_prefix_cache_hits": d.get("vllm:prefix_cache_hits_total"),
     }
 
@@ -238,7 +239,7 @@ def _value(row: dict, key: str) -> float | None:
     """A stored metric, or the one derived row: what the client adds to the server's own TTFT."""
     if key != CLIENT_MINUS_SERVER:
         return row.get(key)
-    server = row.get(prometheus.SERVER_MEAN_TTFT)
+    server = row.get(SERVER_MEAN_TTFT)
     return None if server is None else row["mean_ttft_ms"] - server
 
 

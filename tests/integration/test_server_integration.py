@@ -18,6 +18,7 @@ from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
 from vse.orchestration.scenario_check import load_scenario
 from vse.quality import accuracy, agreement, agreement_probe
+from vse.rundir.records import SERVER_MEAN_TTFT
 from vse.scenario import (
     AccuracySpec,
     AgreementSpec,
@@ -97,7 +98,7 @@ def test_loadgen_end_to_end_agrees_with_the_server(live, tmp_path):
     d = res.meta["server_metrics_delta"]
     assert prometheus.requests_finished(d) == 24  # warm-up excluded from the deltas
     assert d["vllm:generation_tokens_total"] == 24 * 24
-    assert abs(d[prometheus.SERVER_MEAN_TTFT] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
+    assert abs(d[SERVER_MEAN_TTFT] - sum(r.ttft_s for r in measured) / 24 * 1000) < 100
 
 
 def test_lm_eval_gsm8k_offline(live, tmp_path, monkeypatch):

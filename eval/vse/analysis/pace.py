@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from vse.analysis.load import ArmAnalysis
-from vse.server.prometheus import SERVER_MEAN_ITL
+from vse.rundir.records import SERVER_MEAN_ITL
 from vse.stats import registry
 
 # Well below a decode gate's margin (5%), well above what runs that kept pace show (docs/measurements.md,

@@ -9,8 +9,8 @@ import numpy as np
 
 from vse.analysis.load import ARMS, ArmAnalysis, starts_made
 from vse.exitcodes import ExitCode
+from vse.rundir.records import REQUESTS_FINISHED, SERVER_MEAN_TTFT
 from vse.scenario import GateFamily, Scenario
-from vse.server.prometheus import REQUESTS_FINISHED, SERVER_MEAN_TTFT
 from vse.stats import estimate, gates, registry
 from vse.stats.gates import GateResult, Outcome
 

@@ -9,7 +9,7 @@ from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
-from vse.server.prometheus import REQUESTS_FINISHED, SERVER_MEAN_ITL, SERVER_MEAN_TTFT
+from vse.rundir.records import REQUESTS_FINISHED, SERVER_MEAN_ITL, SERVER_MEAN_TTFT
 from vse.stats import registry
 from vse.stats.estimate import MetricComparison, Verdict
 from vse.stats.gates import Outcome

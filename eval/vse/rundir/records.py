@@ -18,6 +18,21 @@ import numpy as np
 RECORD_VERSION = 1
 
 
+def server_mean_key(short: str) -> str:
+    """A run's server-metrics delta (its meta file, written by server/prometheus.delta): the key of a
+    vLLM histogram's mean over the repeat, in ms."""
+    return f"server_mean_{short}_ms"
+
+
+# vLLM's own mean inter-token time over a repeat, from the engine core's output timestamps: what the
+# client's mean ITL per token is held against (eval/vse/analysis/pace.py).
+SERVER_MEAN_ITL = server_mean_key("itl")
+# vLLM's own mean TTFT over a repeat: the server's view of a run the disturbed rule lists.
+SERVER_MEAN_TTFT = server_mean_key("ttft")
+# the delta's count of requests the server finished over a repeat
+REQUESTS_FINISHED = "vllm:request_success_total"
+
+
 @dataclass
 class RequestRecord:
     index: int  # position in the prompt list (same across arms: same prompt)

@@ -9,6 +9,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from vse.rundir.records import REQUESTS_FINISHED, server_mean_key
+
 # Counters and histograms whose before/after difference describes one benchmark repeat.
 DELTA_FAMILIES = (
     "vllm:time_to_first_token_seconds",
@@ -25,18 +27,6 @@ DELTA_FAMILIES = (
 )
 
 
-def _mean_key(short: str) -> str:
-    """delta's key for a histogram's mean over the repeat, in ms."""
-    return f"server_mean_{short}_ms"
-
-
-# vLLM's own mean inter-token time over a repeat, from the engine core's output timestamps: what the
-# client's mean ITL per token is held against (eval/vse/analysis/pace.py).
-SERVER_MEAN_ITL = _mean_key("itl")
-# vLLM's own mean TTFT over a repeat: the server's view of a run the disturbed rule lists.
-SERVER_MEAN_TTFT = _mean_key("ttft")
-# delta's count of requests the server finished over a repeat
-REQUESTS_FINISHED = "vllm:request_success_total"
 # Gauges: only their value at the end (or peak, where sampled) means anything.
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting")
 
@@ -81,7 +71,7 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     ):
         n, s = d.get(fam + "_count", 0.0), d.get(fam + "_sum", 0.0)
         if n:
-            d[_mean_key(short)] = s / n * 1000.0
+            d[server_mean_key(short)] = s / n * 1000.0
             d[f"server_count_{short}"] = n
     return d
 

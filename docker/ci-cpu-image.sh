@@ -110,11 +110,14 @@ echo "image size: $(( size / 1000000000 )).$(( size / 100000000 % 10 )) GB"
 [ "$size" -le $(( MAX_GB * 1000000000 )) ] || { echo "the CPU image is $size bytes, over $MAX_GB GB"; exit 1; }
 podman rmi -f "$image" >/dev/null  # the pushed copy is the only one left; the build cache keeps its layers
 # .ci/run builds while its tests run: the pull and the smoke compare (a vLLM server of their own)
-# wait for the file that says the tests are done, so that they measure nothing the tests need.
+# wait for the file that says the timing-gated tests are done, so that they skew no timing a test
+# gates on; from then on they take a normal share of the machine (the tests left read no clock).
 if [ -n "${VSE_CI_IMAGE_AFTER:-}" ]; then
   waited=$(date +%s)
   while [ ! -e "$VSE_CI_IMAGE_AFTER" ]; do sleep 5; done
-  echo "waited $(( $(date +%s) - waited )) s for the tests to finish"
+  echo "waited $(( $(date +%s) - waited )) s for the timing-gated tests to finish"
+  renice -n 0 -p $$ >/dev/null 2>&1 || true
+  ionice -c 2 -p $$ 2>/dev/null || true
   start=$(( start + $(date +%s) - waited ))
 fi
 

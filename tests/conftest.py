@@ -61,3 +61,22 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001
     for item in items:
         if "integration" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.integration)
+
+
+def vllm_ports_alive(run_dir: Path) -> list[str]:
+    """vLLM processes still running whose command line names a port one of this run's servers used."""
+    import re
+
+    ports = set()
+    for log in run_dir.glob("*/server-*.log"):
+        if m := re.search(r"--port (\d+)", log.read_text().splitlines()[0]):
+            ports.add(m.group(1))
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "vllm" in cmd and any(f"--port {p}" in cmd for p in ports):
+            out.append(cmd)
+    return out

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, needs_server, steps_rebuilt_and_counted
+from conftest import ROOT, needs_server, steps_rebuilt_and_counted, vllm_ports_alive
 
 from vse.errors import tail
 
@@ -73,23 +73,6 @@ def cli(*args, reports: Path, timeout=1200, **kw):
 
 def run_dirs(reports: Path) -> list[Path]:
     return sorted(p.parent for p in reports.glob("*/run.json"))
-
-
-def vllm_ports_alive(run_dir: Path) -> list[str]:
-    """vLLM processes still running whose command line names a port one of this run's servers used."""
-    ports = set()
-    for log in run_dir.glob("*/server-*.log"):
-        m = re.search(r"--port (\d+)", log.read_text().splitlines()[0])
-        ports.add(m.group(1))
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if "vllm" in cmd and any(f"--port {p}" in cmd for p in ports):
-            out.append(cmd)
-    return out
 
 
 @pytest.fixture(scope="module")

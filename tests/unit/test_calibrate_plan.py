@@ -5,7 +5,6 @@ comparison that failed to run ends the calibration in one line. The real compari
 are tests/integration/test_bisect_cpu.py's (calibrate --runs reports on them)."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,13 @@ from vse.orchestration import calibrate
 def fake_compare(monkeypatch, codes):
     seen = []
 
-    def run(argv, **_kw):
-        seen.append(argv)
-        reports = argv[argv.index("--reports") + 1]
+    def run(args):
+        seen.append(args)
+        reports = args[args.index("--reports") + 1]
         (Path(reports) / f"run-{len(seen)}").mkdir(parents=True)
-        return subprocess.CompletedProcess(argv, codes[len(seen) - 1])
+        return codes[len(seen) - 1]
 
-    monkeypatch.setattr(calibrate.subprocess, "run", run)
+    monkeypatch.setattr(calibrate.child, "run", run)
     return seen
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import yaml
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
 from vse.models import provision
+from vse.orchestration import child
 from vse.orchestration.calibrate import server_minutes
 from vse.orchestration.qualify import in_image
 from vse.orchestration.scenario_check import load_scenario
@@ -36,10 +36,6 @@ from vse.stats.bisection import Search, Verdict, error_bound, more_than_one_chan
 
 # argv after `python -m vse.cli` -> its exit code; tests hand in their own
 StepRunner = Callable[[list[str]], int]
-
-
-def run_cli(args: list[str]) -> int:
-    return subprocess.run([sys.executable, "-m", "vse.cli", *args]).returncode
 
 
 def step_args(state: dict[str, Any], builds: Builds, i: int, base_run: str | None) -> list[str]:
@@ -305,7 +301,15 @@ def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, 
     """One step on this machine: named as under way in bisect.json, measured, recorded."""
     state["pending"] = {"build": builds.builds[i].id, "index": i}
     write(state)
-    state["steps"].append(measure(state, builds, i, runner, log))
+    try:
+        step = measure(state, builds, i, runner, log)
+    except KeyboardInterrupt:  # bisect.json names the step under way; its comparison marked itself interrupted
+        log(
+            f"bisect: cancelled during {builds.builds[i].id}'s step; "
+            f"`vse bisect --resume {state['folder']}` goes on from it"
+        )
+        raise
+    state["steps"].append(step)
     state["pending"] = None
     write(state)
 
@@ -342,7 +346,9 @@ def finish(state: dict[str, Any], builds: Builds, log: Callable[[str], None]) ->
     return code
 
 
-def run_bisect(state: dict[str, Any], builds: Builds, log: Callable[[str], None], runner: StepRunner = run_cli) -> int:
+def run_bisect(
+    state: dict[str, Any], builds: Builds, log: Callable[[str], None], runner: StepRunner = child.run
+) -> int:
     """On one machine: a step at a time until the answer is settled; bisect.json and bisect.md after each."""
     while pts := next_round(state, builds):
         run_step(state, builds, pts[0], runner, log)
@@ -358,7 +364,7 @@ def step_file(state: dict[str, Any], build_id: str) -> Path:
 
 
 def run_only(
-    state: dict[str, Any], builds: Builds, build_id: str, log: Callable[[str], None], runner: StepRunner = run_cli
+    state: dict[str, Any], builds: Builds, build_id: str, log: Callable[[str], None], runner: StepRunner = child.run
 ) -> int:
     """One step of a round, on its agent: its comparison, its record in steps/<build id>.json."""
     rec = measure(state, builds, builds.index(build_id), runner, log)

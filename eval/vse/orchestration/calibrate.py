@@ -13,8 +13,6 @@ runs made across several device calls are put together."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +20,7 @@ from pathlib import Path
 from vse.analysis import analyze, first_wave
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
+from vse.orchestration import child
 from vse.orchestration.scenario_check import load_scenario
 from vse.rundir.files import atomic_write_text, write_json
 from vse.rundir.layout import CALIBRATION_JSON, CALIBRATION_MD
@@ -57,12 +56,12 @@ def run_all(
     if aa:
         jobs.append((["--aa"], "A/A"))
     for i, (extra, what) in enumerate(jobs):
-        argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", scenario, "--reports", str(runs_root)]
+        argv = ["compare", "--scenario", scenario, "--reports", str(runs_root)]
         argv += [a for x in sets for a in ("--set", x)] + extra
         argv += ["--base-run", str(runs[0])] if runs and share_baseline else []
         before = set(runs_root.iterdir())
         log(f"calibrate: {i + 1}/{len(jobs)}: {what}")
-        code = subprocess.run(argv).returncode
+        code = child.run(argv)
         new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
         if not new:
             raise SuiteError(f"calibrate: the {what} comparison wrote no run directory (exit {code})")

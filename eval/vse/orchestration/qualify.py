@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from vse import exitcodes
 from vse.backends import Backend
 from vse.errors import SuiteError
 from vse.exitcodes import ExitCode
+from vse.orchestration import child
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
 from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, REPORTS, RunDir, qualify_entry
@@ -99,7 +99,7 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
     runs_root = out / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
     before = set(runs_root.iterdir())
-    argv = [sys.executable, "-m", "vse.cli", "compare", "--scenario", e.scenario, "--reports", str(runs_root)]
+    argv = ["compare", "--scenario", e.scenario, "--reports", str(runs_root)]
     argv += ["--backend", e.backend.value] if e.backend else []
     for s in [*suite.set, *e.set]:
         argv += ["--set", s]
@@ -109,17 +109,21 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
         + f" (console: {out}/run-{i + 1}.log)"
     )
     log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
-    with (
-        open(log_path, "w") as f,
-        subprocess.Popen(
+    with open(log_path, "w") as f:
+        proc = child.start(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
-        ) as proc,
-    ):
+        )
         assert proc.stdout is not None
-        for line in proc.stdout:
-            f.write(line)
-            if any(p in line for p in PROGRESS):
-                log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
+        try:
+            for line in proc.stdout:
+                f.write(line)
+                if any(p in line for p in PROGRESS):
+                    log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
+        except KeyboardInterrupt:  # the comparison marks its run interrupted (its output pipe stays open)
+            child.stop(proc)
+            raise
+        child.wait(proc)
+        proc.stdout.close()
     new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
     lines = log_path.read_text().strip().splitlines()
     last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")

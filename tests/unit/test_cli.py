@@ -488,9 +488,27 @@ def test_an_interrupt_reaches_a_comparison_started_with_sigint_ignored():
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml"])
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is cli._stop
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_the_first_stop_raises_and_holds_the_later_ones():
+    """A second Ctrl-C, or vse bisect's SIGTERM on top of its process group's, must not cut the first
+    stop short (a comparison's servers, its run's "interrupted" record): after the first, they are
+    ignored."""
+    import signal
+
+    old = {sig: signal.getsignal(sig) for sig in cli.STOPS}
+    try:
+        for sig in cli.STOPS:
+            signal.signal(sig, cli._stop)
+        with pytest.raises(KeyboardInterrupt):
+            cli._stop(signal.SIGTERM, None)
+        assert all(signal.getsignal(sig) is signal.SIG_IGN for sig in cli.STOPS)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def test_a_look_with_a_failed_gate_stops_the_plan_and_says_why(tmp_path, monkeypatch):

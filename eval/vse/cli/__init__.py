@@ -29,9 +29,16 @@ from vse.rundir.layout import HISTORY_DB, REPORTS, ArmDir, GemmDir, RunDir
 from vse.scenario import DEFAULT_CACHE
 from vse.server import process
 
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a CI agent's cancel, a closed terminal
 
-def _sigterm(signum, frame):
-    # Turn SIGTERM into the same path as Ctrl-C, so finally-blocks stop every server.
+
+def _stop(signum, frame):
+    """The first stop takes the path of Ctrl-C, so finally-blocks stop every server; later ones (a
+    second Ctrl-C, `vse bisect`'s SIGTERM on top of its process group's) are held from then on, so
+    they cannot cut that stop or the run's "interrupted" record short. A stop that hangs is ended by
+    SIGKILL (the servers' watchdog follows)."""
+    for sig in STOPS:
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -350,11 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "sets"):  # --sets 'a=1 b=2' is --set a=1 --set b=2
         args.set = args.set + args.sets
     before = args.keep_servers = process.live_servers()
-    signal.signal(signal.SIGTERM, _sigterm)
-    signal.signal(signal.SIGHUP, _sigterm)  # a closed terminal or ssh session: stop servers the same way
     # Started in a script's background, a process inherits SIGINT ignored and Python leaves it so:
     # an interrupt sent to it would then do nothing, and a comparison would run on to its end.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in STOPS:
+        signal.signal(sig, _stop)
     try:
         return args.fn(args)
     except SuiteError as e:

@@ -35,11 +35,13 @@ def interrupt(*_):
     raise KeyboardInterrupt
 
 signal.signal(signal.SIGTERM, interrupt)
-p = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]])
+cmd = [sys.executable, "-c", sys.argv[2], sys.argv[3]]
 try:
-    if sys.argv[1] == "child.wait":
-        child.wait(p)
+    if sys.argv[1] == "child.running":
+        with child.running(cmd) as p:
+            pass
     else:  # the planted fault: what subprocess.run does on an interrupt
+        p = subprocess.Popen(cmd)
         try:
             p.wait()
         except KeyboardInterrupt:
@@ -52,7 +54,7 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize("group", [False, True], ids=["the parent alone", "the whole process group"])
-@pytest.mark.parametrize("how", ["child.wait", "kill (subprocess.run)"])
+@pytest.mark.parametrize("how", ["child.running", "kill (subprocess.run)"])
 def test_a_cancel_lets_the_child_finish_its_own_stop(tmp_path, how, group):
     said = tmp_path / "child"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "eval")}
@@ -73,7 +75,7 @@ def test_a_cancel_lets_the_child_finish_its_own_stop(tmp_path, how, group):
         parent.send_signal(signal.SIGTERM)
     out, _ = parent.communicate(timeout=30)
     assert parent.returncode == 2
-    if how == "child.wait":
+    if how == "child.running":
         assert said.read_text() == "stopped" and "child exit 5" in out
     else:
         assert said.read_text() == "ready" and "child exit -9" in out

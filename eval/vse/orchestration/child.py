@@ -11,6 +11,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # How long a cancelled child may take to stop its servers (a vLLM server's own stop is bounded
@@ -20,10 +22,6 @@ STOP_WAIT_S = 180
 
 def argv(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "vse.cli", *args]
-
-
-def start(args: list[str], **popen: Any) -> subprocess.Popen:
-    return subprocess.Popen(argv(args), **popen)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -38,15 +36,25 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def wait(proc: subprocess.Popen) -> int:
-    """The child's exit code; a cancel meanwhile stops it first (stop), then goes on."""
+@contextmanager
+def running(cmd: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """The process, waited for at the block's end; a cancel meanwhile stops it first (stop), then
+    goes on. Its pipes stay open until it has ended."""
+    proc = subprocess.Popen(cmd, **popen)
     try:
-        return proc.wait()
+        yield proc
+        proc.wait()
     except KeyboardInterrupt:
         stop(proc)
         raise
+    finally:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def run(args: list[str]) -> int:
     """`python -m vse.cli ARGS` to its end (its output on this process's), its exit code."""
-    return wait(start(args))
+    with running(argv(args)) as proc:
+        pass
+    return proc.returncode

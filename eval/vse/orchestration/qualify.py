@@ -109,21 +109,21 @@ def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
         + f" (console: {out}/run-{i + 1}.log)"
     )
     log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
-    with open(log_path, "w") as f:
-        proc = child.start(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
-        )
+    with (
+        open(log_path, "w") as f,
+        child.running(
+            child.argv(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        ) as proc,
+    ):
         assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                f.write(line)
-                if any(p in line for p in PROGRESS):
-                    log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
-        except KeyboardInterrupt:  # the comparison marks its run interrupted (its output pipe stays open)
-            child.stop(proc)
-            raise
-        child.wait(proc)
-        proc.stdout.close()
+        for line in proc.stdout:
+            f.write(line)
+            if any(p in line for p in PROGRESS):
+                log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
     new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
     lines = log_path.read_text().strip().splitlines()
     last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")

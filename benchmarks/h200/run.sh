@@ -2,7 +2,7 @@
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
 # (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
-#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|usage|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
+#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -103,6 +103,15 @@ PY
         --set arms.candidate.usage_per_chunk=true --set arms.candidate.label=cutlass-usage \
         --set "gates.performance=[{metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 1}]" \
         --set run.gemm_bench=false --set agreement.enabled=false $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/usage.log"; pack usage ;;
+  apiserver)  # whose pace the client reads (#47 d4): CUTLASS both arms, the candidate's server with two
+    # API-server processes. Where one process kept up with the engine, a second changes no decode reading
+    # (1% margin both ways: the interval is the answer); where the client read the API server's pace, it does
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET \
+        --set arms.baseline.label=cutlass-1-api-server --set arms.candidate.label=cutlass-2-api-servers \
+        --set "arms.candidate.extra_args=[--api-server-count,'2']" \
+        --set "gates.performance=[{metric: mean_decode_first_wave_ms, max_worse_pct: 1}, {metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 10}]" \
+        --set run.gemm_bench=false --set agreement.enabled=false --set accuracy.enabled=false $SET_ARGS
+      echo "exit code: $?"; } 2>&1 | tee "$OUT/apiserver.log"; pack apiserver ;;
   more)  # more server starts for the newest run (or RUN=...), until its plan or the budget ends
     run=${RUN:-$(newest_run)}
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --resume ${run%/} --budget $BUDGET; echo "exit code: $?"; } 2>&1 | tee "$OUT/more-$(basename $run).log"; pack "$(basename $run)" "$run" ;;
@@ -154,5 +163,5 @@ PY
   calib-report)  # the calibration report from finished runs (RUNS, the first one's baseline is the truths')
     python3 -m vse.cli calibrate --runs $RUNS --reports reports 2>&1 | tee "$OUT/calib-report.log"
     tar cJf "$OUT/calibration.tar.xz" -C reports "$(basename "$(ls -td reports/*-calibrate | head -1)")" ;;
-  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
+  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
 esac

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 
 import vllm_bench_cli
 
-from vse.cli import _stop
+from vse.cli import take_stops
 from vse.errors import SuiteError
 from vse.loadgen.benchmark import RunPrompts, Target, run_repeat
 from vse.loadgen.datasets import build_prompts, save_prompts
@@ -146,7 +145,7 @@ def main() -> None:
         return
     if not (a.scenario and a.out):
         ap.error("--scenario and --out are needed (or --render)")
-    signal.signal(signal.SIGTERM, _stop)  # a time limit's SIGTERM still stops the server and writes the table
+    take_stops()  # a time limit's SIGTERM still stops the server and writes the table
     t0 = time.monotonic()
     s = load_scenario(a.scenario, overrides=a.set)
     out = Path(a.out)

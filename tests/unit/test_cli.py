@@ -501,8 +501,7 @@ def test_the_first_stop_raises_and_holds_the_later_ones():
 
     old = {sig: signal.getsignal(sig) for sig in cli.STOPS}
     try:
-        for sig in cli.STOPS:
-            signal.signal(sig, cli._stop)
+        cli.take_stops()
         with pytest.raises(KeyboardInterrupt):
             cli._stop(signal.SIGTERM, None)
         assert all(signal.getsignal(sig) is signal.SIG_IGN for sig in cli.STOPS)

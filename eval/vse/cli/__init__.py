@@ -42,6 +42,14 @@ def _stop(signum, frame):
     raise KeyboardInterrupt
 
 
+def take_stops() -> None:
+    """Every stop (STOPS) ends the process the way Ctrl-C does, servers stopped. Started in a
+    script's background, a process inherits SIGINT ignored and Python leaves it so: an interrupt sent
+    to it would then do nothing, and a comparison would run on to its end."""
+    for sig in STOPS:
+        signal.signal(sig, _stop)
+
+
 def cmd_report(args) -> int:
     run = Path(args.run)
     if not RunDir(run).run_json.is_file():
@@ -357,10 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "sets"):  # --sets 'a=1 b=2' is --set a=1 --set b=2
         args.set = args.set + args.sets
     before = args.keep_servers = process.live_servers()
-    # Started in a script's background, a process inherits SIGINT ignored and Python leaves it so:
-    # an interrupt sent to it would then do nothing, and a comparison would run on to its end.
-    for sig in STOPS:
-        signal.signal(sig, _stop)
+    take_stops()
     try:
         return args.fn(args)
     except SuiteError as e:

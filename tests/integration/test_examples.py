@@ -384,3 +384,20 @@ def test_the_real_models_design_run_decides_speed_and_refuses_decode_where_the_c
     assert "candidate +5.4% over 11 run(s)" in by["mean_decode_first_wave_ms"]["detail"]
     assert by["output_throughput"]["outcome"] == "pass"
     assert any(n.startswith("decode gates not decided:") for n in res["notes"])
+
+
+def test_one_api_server_behind_through_the_window_leaves_the_decode_gate_undecided_and_says_why(tmp_path):
+    """CUTLASS on both arms of the real 1.5B model at c128 (H100, 2026-12-07, 2 + 2 starts), the
+    candidate's server with two API-server processes. Over each run the client's mean ITL per token
+    is vLLM's own within 0.4% (the run-level pace check passes), but with one process the first wave's
+    window got 0.24-0.46 deliveries per token: no run of that arm has a decode value, and the gate
+    names why. With two (0.87-0.96) every run has one."""
+    run = unpack(ROOT / "reports" / "examples" / "h100-qwen2.5-1.5b-api-servers", tmp_path / "r")
+    assert report(run).returncode == 3
+    res = json.loads((run / "results.json").read_text())
+    gate = next(g for g in res["gates"] if g.get("metric") == "mean_decode_first_wave_ms")
+    assert gate["outcome"] == "inconclusive"
+    assert gate["detail"].startswith("no data for this metric (baseline: the API server fell behind the engine")
+    left = [e for e in res["left_out"] if e["metric"] == "mean_decode_first_wave_ms" and e["run"] is not None]
+    assert sorted((e["arm"], e["run"]) for e in left) == [("baseline", k) for k in range(4)]
+    assert not any(n.startswith("decode gates not decided:") for n in res["notes"])

@@ -55,3 +55,23 @@ def test_a_client_behind_the_engine_refuses_the_decode_gates_only():
     assert dec.outcome is Outcome.INCONCLUSIVE and "not decided: the client's mean ITL per token" in dec.detail
     assert tp.outcome is Outcome.PASS
     assert [r.outcome for r in gates.performance(rows, g, 0.05)] == [Outcome.PASS, Outcome.PASS]
+
+
+def test_vllms_step_count_is_dropped_where_several_api_server_processes_kept_it():
+    """Each API-server process counts the engine steps that carried its own requests: with two, one
+    step counts up to twice (6,230 against 3,170 on one H100), so a run served that way has no step
+    count for the readings built on it (decode mix, calibration truths, the GEMM prediction)."""
+    from vse.analysis import load
+
+    assert load.api_servers(["vllm", "serve", "m"]) == 1
+    assert load.api_servers(["--api-server-count", "2"]) == 2 and load.api_servers(["--api-server-count=3"]) == 3
+    delta = {
+        "vllm:iteration_tokens_total_count": 6230.0,
+        "vllm:iteration_tokens_total_sum": 1.0,
+        pace.SERVER_MEAN_ITL: 5.6,
+    }
+    servers = [{"server": 0, "argv": ["serve"]}, {"server": 1, "argv": ["serve", "--api-server-count", "2"]}]
+    one = load._engine_steps_only_where_counted({"server": 0, "server_metrics_delta": delta}, servers)
+    two = load._engine_steps_only_where_counted({"server": 1, "server_metrics_delta": delta}, servers)
+    assert one == delta
+    assert two == {pace.SERVER_MEAN_ITL: 5.6}  # the per-request ITL stays: each request has one process

@@ -114,7 +114,7 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
         agreement=agreement.load(arm.agreement),
         agreement_self=agreement.load(arm.agreement_self),
         raw=reps,
-        server_deltas=[r.meta.get("server_metrics_delta") for r in reps],
+        server_deltas=[_engine_steps_only_where_counted(r.meta, servers) for r in reps],
         loop_lag_ms=[r.meta.get("loop_lag_ms") or {} for r in reps],
         telemetry=list(tele),
         gpu_series=list(series),
@@ -122,6 +122,31 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
 
 
 PREEMPTIONS = "vllm:num_preemptions_total"
+# vLLM's step histogram is kept by each API-server process for the steps that carried its own
+# requests: with several processes one engine step counts up to once per process, its tokens split
+# between them, so the count is not the engine's (2 processes: 6,230 "steps" per run against one
+# process's 3,170 on the same workload, docs/measurements.md).
+ITERATIONS = "vllm:iteration_tokens_total"
+
+
+def api_servers(argv: Sequence[str]) -> int:
+    """How many API-server processes a `vllm serve` command line asked for (1 unless it says)."""
+    for i, a in enumerate(argv):
+        if a == "--api-server-count" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if a.startswith("--api-server-count="):
+            return int(a.split("=", 1)[1])
+    return 1
+
+
+def _engine_steps_only_where_counted(meta: dict[str, Any], servers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's /metrics deltas, without the step histogram where its server ran several API-server
+    processes (ITERATIONS): readings built on engine steps then say they have none."""
+    delta = meta.get("server_metrics_delta")
+    argv = next((sv.get("argv") or [] for sv in servers if sv.get("server") == meta.get("server")), [])
+    if not delta or api_servers(argv) <= 1:
+        return delta
+    return {k: v for k, v in delta.items() if not k.startswith(ITERATIONS)}
 
 
 def _without_preempted_decode(d: estimate.RepeatData, meta: dict[str, Any]) -> estimate.RepeatData:

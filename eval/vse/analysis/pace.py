@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from vse.analysis.load import ArmAnalysis
 from vse.rundir.records import SERVER_MEAN_ITL
 from vse.stats import registry
+from vse.stats.decode import KEEP_UP
 
 # Well below a decode gate's margin (5%), well above what runs that kept pace show (docs/measurements.md,
 # "Engine or API server: whose pace the client reads").
@@ -59,9 +60,8 @@ def off_pace(arms: dict[str, ArmAnalysis]) -> str | None:
     said = ", ".join(f"{p.arm} {100 * (p.mean - 1):+.1f}% over {len(p.ratios)} run(s)" for p in off)
     return (
         f"the client's mean ITL per token differs from vLLM's own (engine-timestamped) by {said}, more "
-        f"than {100 * TOLERANCE:g}%: it timed the API server's (or its own) pace, not the engine's. Fewer "
-        "streams (workload.max_concurrency), more API-server processes (server.extra_args: "
-        "[--api-server-count, N]) or more client processes (workload.client_processes) let it keep up"
+        f"than {100 * TOLERANCE:g}%: it timed the API server's (or its own) pace, not the engine's; {KEEP_UP} "
+        "(more client processes, workload.client_processes, where the client fell behind)"
     )
 
 

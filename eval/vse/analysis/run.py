@@ -20,6 +20,7 @@ from vse.analysis.verdict import (
     left_out,
     look_of,
     required,
+    unmeasured,
     unplanned_look,
 )
 from vse.gemm import predict as gemm_predict
@@ -103,7 +104,8 @@ def analyze(
             "gated metrics are estimated and decided on every run, disturbed ones included; exploratory "
             "rows leave disturbed runs out of their start's mean"
         )
-    results += _performance_gates(s, arms, gate_rows, gate_alpha, off_pace)
+    left = left_out(s, arms)
+    results += _performance_gates(s, arms, gate_rows, gate_alpha, off_pace, unmeasured(left, arms))
     results += required(s, results)
     noise = analyze(noise_run) if noise_run is not None else None
     if noise is not None and noise_run is not None:
@@ -135,7 +137,7 @@ def analyze(
         agreement_self=self_agree,
         fidelity=fid,
         disturbed=disturbed,
-        left_out=left_out(s, arms),
+        left_out=left,
         look=look,
         looks=s.run.looks,
         gate_alpha=gate_alpha,
@@ -169,8 +171,10 @@ def _performance_gates(
     rows: list[estimate.MetricComparison],
     gate_alpha: float,
     off_pace: str | None,
+    absent: dict[str, str],
 ) -> list[GateResult]:
-    """off_pace: why the client's decode readings are not the engine's (pace.off_pace), or None."""
+    """off_pace: why the client's decode readings are not the engine's (pace.off_pace), or None;
+    absent: why a gated metric has no value in an arm (verdict.unmeasured)."""
     g, plan = s.gates, (s.run.server_starts, s.run.max_server_starts)
     defs = registry.metric_defs(s.workload.percentiles, s.workload.goodput is not None)
     return gates.performance(
@@ -180,7 +184,7 @@ def _performance_gates(
         undecidable=unplanned_look(s, arms),
         alpha_at=lambda k: decide.spent_alpha(g.significance, k, *plan),
         max_starts=s.run.max_server_starts or s.run.server_starts,
-        refused=pace.refused_metrics(off_pace, defs),
+        refused={**absent, **pace.refused_metrics(off_pace, defs)},
     )
 
 

@@ -58,6 +58,18 @@ def left_out(s: Scenario, arms: dict[str, ArmAnalysis]) -> list[dict[str, Any]]:
     return out
 
 
+def unmeasured(left: list[dict[str, Any]], arms: dict[str, ArmAnalysis]) -> dict[str, str]:
+    """Gated metric: why it has no value, where an arm has no run with one (left_out's entries; the
+    first run's reason, which a gate's "no data" then names)."""
+    out: dict[str, str] = {}
+    for name, arm in arms.items():
+        for key in {e["metric"] for e in left if e["arm"] == name}:
+            whys = [e["why"] for e in left if e["arm"] == name and e["metric"] == key and e["run"] is not None]
+            if whys and len(whys) == len(arm.repeat_data):
+                out.setdefault(key, f"{name}: {whys[0]}")
+    return out
+
+
 def _why(d: estimate.RepeatData, m: registry.MetricDef) -> str:
     if m.source == "decode_first":
         return d.decode_first_why or "no first-wave decode value"

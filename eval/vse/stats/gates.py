@@ -317,7 +317,8 @@ def performance(
 ) -> list[GateResult]:
     """Non-inferiority per gated metric with Holm across them; alpha is this look's. `undecidable`
     (a look the alpha-spending plan never counted) turns every PASS and FAIL into INCONCLUSIVE;
-    `refused` does so for the metrics it names (metric: why its reading is not the change's)."""
+    `refused` does so for the metrics it names (metric: why its reading is not the change's, or
+    why it has no reading, which a metric without data then names)."""
     by_key = {r.key: r for r in rows}
     out, inputs = [], []
     for g in gates.performance:
@@ -336,7 +337,9 @@ def performance(
                 )
             )
         elif not math.isfinite(r.rel_change):
-            out.append(GateResult(name, Outcome.INCONCLUSIVE, "no data for this metric", metric=g.metric))
+            why = (refused or {}).get(g.metric)
+            detail = f"no data for this metric ({why})" if why else "no data for this metric"
+            out.append(GateResult(name, Outcome.INCONCLUSIVE, detail, metric=g.metric))
         else:
             inputs.append((g.metric, GateInput(name, r.est, r.higher_is_better, g.max_worse_pct / 100)))
     decided = decide([gi for _, gi in inputs], alpha, alpha_at, max_starts)  # Holm needs every gate at once

@@ -65,6 +65,7 @@ def test_vllms_step_count_is_dropped_where_several_api_server_processes_kept_it(
 
     assert load.api_servers(["vllm", "serve", "m"]) == 1
     assert load.api_servers(["--api-server-count", "2"]) == 2 and load.api_servers(["--api-server-count=3"]) == 3
+    assert load.api_servers(["-asc", "4", "--port", "8000"]) == 4
     delta = {
         "vllm:iteration_tokens_total_count": 6230.0,
         "vllm:iteration_tokens_total_sum": 1.0,

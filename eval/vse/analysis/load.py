@@ -124,18 +124,18 @@ def load_arm(run_dir: Path, name: str, s: Scenario) -> ArmAnalysis | None:
 PREEMPTIONS = "vllm:num_preemptions_total"
 # vLLM's step histogram is kept by each API-server process for the steps that carried its own
 # requests: with several processes one engine step counts up to once per process, its tokens split
-# between them, so the count is not the engine's (2 processes: 6,230 "steps" per run against one
-# process's 3,170 on the same workload, docs/measurements.md).
+# between them, so the count is not the engine's (docs/measurements.md, "One API-server process or
+# two").
 ITERATIONS = "vllm:iteration_tokens_total"
 
 
 def api_servers(argv: Sequence[str]) -> int:
     """How many API-server processes a `vllm serve` command line asked for (1 unless it says)."""
     for i, a in enumerate(argv):
-        if a == "--api-server-count" and i + 1 < len(argv):
-            return int(argv[i + 1])
-        if a.startswith("--api-server-count="):
-            return int(a.split("=", 1)[1])
+        name, _, value = a.partition("=")
+        if name in ("--api-server-count", "-asc"):
+            value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+            return int(value) if value.isdigit() else 1
     return 1
 
 

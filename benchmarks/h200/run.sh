@@ -103,7 +103,7 @@ PY
         --set arms.candidate.usage_per_chunk=true --set arms.candidate.label=cutlass-usage \
         --set "gates.performance=[{metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 1}]" \
         --set run.gemm_bench=false --set agreement.enabled=false $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/usage.log"; pack usage ;;
-  apiserver)  # whose pace the client reads (#47 d4): CUTLASS both arms, the candidate's server with two
+  apiserver)  # whose pace the client reads: CUTLASS both arms, the candidate's server with two
     # API-server processes. Where one process kept up with the engine, a second changes no decode reading
     # (1% margin both ways: the interval is the answer); where the client read the API server's pace, it does
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET \

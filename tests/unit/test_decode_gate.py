@@ -168,8 +168,8 @@ def test_the_first_wave_decode_reads_the_step_whatever_the_packing_and_with_pref
 def test_a_window_the_api_server_stayed_behind_through_has_no_value_and_says_why():
     """1-4 tokens a chunk (2.2 a delivery): the API server wrote each stream every other step or less
     through the whole window. The simulated engine keeps that backlog constant and reads the step
-    anyway; a real server's backlog moves (the same engine read 4.59-5.45 ms per token on one H100,
-    docs/measurements.md), so such a run has no first-wave value, with the reason and the remedy."""
+    anyway; a real server's backlog moves (one engine read far apart run to run, docs/measurements.md,
+    "One API-server process or two"), so such a run has no first-wave value, with the reason and the remedy."""
     from decode_reference import PATTERNS, simulate
 
     from vse.stats import decode

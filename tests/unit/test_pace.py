@@ -59,7 +59,7 @@ def test_a_client_behind_the_engine_refuses_the_decode_gates_only():
 
 def test_vllms_step_count_is_dropped_where_several_api_server_processes_kept_it():
     """Each API-server process counts the engine steps that carried its own requests: with two, one
-    step counts up to twice (6,230 against 3,170 on one H100), so a run served that way has no step
+    step counts up to twice (docs/measurements.md), so a run served that way has no step
     count for the readings built on it (decode mix, calibration truths, the GEMM prediction)."""
     from vse.analysis import load
 

@@ -79,3 +79,34 @@ def test_a_cancel_lets_the_child_finish_its_own_stop(tmp_path, how, group):
         assert said.read_text() == "stopped" and "child exit 5" in out
     else:
         assert said.read_text() == "ready" and "child exit -9" in out
+
+
+# The parent fails inside the block on its own (as qualify's console write does on a full disk).
+FAILING_PARENT = """
+import subprocess, sys
+from vse.orchestration import child
+
+cmd = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
+try:
+    with child.running(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as p:
+        while open(sys.argv[2]).read() != "ready":
+            pass
+        raise OSError("No space left on device")
+except OSError:
+    print(f"parent failed; child exit {p.poll()}", flush=True)
+"""
+
+
+def test_a_failure_inside_the_block_stops_the_child_too(tmp_path):
+    said = tmp_path / "child"
+    said.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "eval")}
+    out = subprocess.run(
+        [sys.executable, "-c", FAILING_PARENT, CHILD, str(said)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    ).stdout
+    # Without the stop the child would still be asleep (exit None) and say "ready" for a minute.
+    assert "child exit 5" in out and said.read_text() == "stopped"

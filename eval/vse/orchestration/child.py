@@ -38,13 +38,14 @@ def stop(proc: subprocess.Popen) -> None:
 
 @contextmanager
 def running(cmd: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
-    """The process, waited for at the block's end; a cancel meanwhile stops it first (stop), then
-    goes on. Its pipes stay open until it has ended."""
+    """The process, waited for at the block's end. A cancel meanwhile, or any other exception in the
+    block (a full disk while its console is written), stops it first (stop), then goes on: a child
+    left running would hold its servers with no one reading it. Its pipes stay open until it has ended."""
     proc = subprocess.Popen(cmd, **popen)
     try:
         yield proc
         proc.wait()
-    except KeyboardInterrupt:
+    except BaseException:
         stop(proc)
         raise
     finally:

@@ -95,13 +95,13 @@ PY
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
-  usage)  # what per-chunk usage costs (#47): CUTLASS both arms, the baseline without continuous usage
-    # stats, so the gates (throughput and first-wave TTFT, 1% margin) ask whether asking for them costs
-    # more than 1% (the decode gate needs usage on both arms)
+  usage)  # what per-chunk usage costs: CUTLASS both arms, the baseline without continuous usage stats
+    # (the decode gate needs usage on both arms). Throughput asks whether usage costs more than 1%;
+    # first-wave TTFT (a per-start sd near 2%, so no design of 6 + 6 or fewer decides 1%) more than 10%
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET \
         --set arms.baseline.usage_per_chunk=false --set arms.baseline.label=cutlass-no-usage \
         --set arms.candidate.usage_per_chunk=true --set arms.candidate.label=cutlass-usage \
-        --set "gates.performance=[{metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 1}]" \
+        --set "gates.performance=[{metric: output_throughput, max_worse_pct: 1}, {metric: median_ttft_first_wave_ms, max_worse_pct: 10}]" \
         --set run.gemm_bench=false --set agreement.enabled=false $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/usage.log"; pack usage ;;
   apiserver)  # whose pace the client reads: CUTLASS both arms, the candidate's server with two
     # API-server processes. Where one process kept up with the engine, a second changes no decode reading

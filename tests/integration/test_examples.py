@@ -401,3 +401,18 @@ def test_one_api_server_behind_through_the_window_leaves_the_decode_gate_undecid
     left = [e for e in res["left_out"] if e["metric"] == "mean_decode_first_wave_ms" and e["run"] is not None]
     assert sorted((e["arm"], e["run"]) for e in left) == [("baseline", k) for k in range(4)]
     assert not any(n.startswith("decode gates not decided:") for n in res["notes"])
+
+
+def test_per_chunk_usage_is_decided_to_cost_under_one_percent_of_throughput(tmp_path):
+    """CUTLASS on both arms of the H200 scenario (H100, 2026-12-07, 3 + 3 starts x 1 run), only
+    `usage_per_chunk` differing, the usage-off arm the baseline: throughput's 95% interval lies
+    inside 1% both ways, so the gate decides that asking for usage on every chunk costs less."""
+    run = unpack(ROOT / "reports" / "examples" / "h100-usage-per-chunk-decided", tmp_path / "r")
+    assert report(run).returncode == 0
+    res = json.loads((run / "results.json").read_text())
+    assert res["scenario"]["arms"]["baseline"]["usage_per_chunk"] is False
+    assert res["scenario"]["arms"]["candidate"]["usage_per_chunk"] is True
+    gates = {g.get("metric"): g for g in res["gates"]}
+    assert gates["output_throughput"]["outcome"] == "pass"
+    assert "95% interval [-0.39%, +0.36%] vs margin 1% (3 + 3 server starts)" in gates["output_throughput"]["detail"]
+    assert gates["median_ttft_first_wave_ms"]["outcome"] == "pass"

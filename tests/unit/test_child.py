@@ -83,14 +83,14 @@ def test_a_cancel_lets_the_child_finish_its_own_stop(tmp_path, how, group):
 
 # The parent fails inside the block on its own (as qualify's console write does on a full disk).
 FAILING_PARENT = """
-import subprocess, sys
+import subprocess, sys, time
 from vse.orchestration import child
 
 cmd = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
 try:
     with child.running(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as p:
         while open(sys.argv[2]).read() != "ready":
-            pass
+            time.sleep(0.05)
         raise OSError("No space left on device")
 except OSError:
     print(f"parent failed; child exit {p.poll()}", flush=True)

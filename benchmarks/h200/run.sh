@@ -96,8 +96,9 @@ PY
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
   usage)  # what per-chunk usage costs: CUTLASS both arms, the baseline without continuous usage stats
-    # (the decode gate needs usage on both arms). Throughput asks whether usage costs more than 1%;
-    # first-wave TTFT (a per-start sd near 2%, so no design of 6 + 6 or fewer decides 1%) more than 10%
+    # (the decode gate needs usage on both arms). Throughput asks whether usage costs more than 1%,
+    # first-wave TTFT more than 10%: its start-to-start spread leaves 1% undecided at any design the
+    # scenario allows (reports/examples/mde-projection.md)
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend cutlass --budget $BUDGET \
         --set arms.baseline.usage_per_chunk=false --set arms.baseline.label=cutlass-no-usage \
         --set arms.candidate.usage_per_chunk=true --set arms.candidate.label=cutlass-usage \

@@ -15,7 +15,8 @@ VSE_CACHE ?= $(HOME)/.cache/vllm-serving-eval
 # gsm8k for lm-eval: the package's own copy (eval/vse/data/gsm8k) unless GSM8K_DIR names another folder.
 GSM8K_DIR ?=
 export VSE_CACHE GSM8K_DIR
-SCENARIO ?= scenarios/cpu-smoke.yaml
+# default: the seed PR's comparison where a GPU is visible, scenarios/cpu-smoke.yaml where none is
+SCENARIO ?= default
 BACKEND ?=
 SET ?=
 RUN ?=
@@ -115,8 +116,10 @@ bisect: $(SUITE_ENV)
 
 # Release qualification: a named list of comparisons (scenarios/suites/$(SUITE).yaml), one index.
 SUITE ?= release
+# OUT=<folder> with BUDGET=<seconds>: a qualification split over calls (a lent GPU): each call runs
+# what fits and the same command again resumes it.
 qualify: $(SUITE_ENV)
-	$(PY) -m vse.cli qualify --suite $(SUITE)
+	$(PY) -m vse.cli qualify --suite $(SUITE) $(if $(OUT),--out $(OUT)) $(if $(BUDGET),--budget $(BUDGET))
 
 setup: $(SUITE_ENV)
 	$(PY) -m vse.cli setup

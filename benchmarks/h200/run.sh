@@ -2,7 +2,7 @@
 # The H200 evidence, one step per device command (each must end inside 10 minutes).
 # Runs ON the GPU machine from the repo root, after shared/gpu's bundle is installed in /tmp/site
 # (benchmarks/h200/bundle.sh makes its parts, sized to fit a call beside this tree, and says how):
-#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report
+#   bash benchmarks/h200/run.sh stash|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report|release|bisect|headline
 # Results go under $OUT (the device tool brings that folder back), packed as tarballs.
 # Before, here: `make setup` and `make setup-gpu-carry`, which copies the Llama 3 tokenizer into
 # .gpuc/models/llama3-tokenizer (git-ignored); carry .gpuc in every call (a path not carried is
@@ -164,5 +164,25 @@ PY
   calib-report)  # the calibration report from finished runs (RUNS, the first one's baseline is the truths')
     python3 -m vse.cli calibrate --runs $RUNS --reports reports 2>&1 | tee "$OUT/calib-report.log"
     tar cJf "$OUT/calibration.tar.xz" -C reports "$(basename "$(ls -td reports/*-calibrate | head -1)")" ;;
-  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report"; exit 2 ;;
+  release)  # make qualify SUITE=release on real releases (benchmarks/h200/releases.sh installs them): the
+    # baseline arm runs BASE_REL, the candidate CAND_REL, each entry at SET's design; the same command
+    # again resumes the qualification where its budget stopped it (its folder stays on the warm machine,
+    # or comes back from the last call's parts: cat .gpuc/run/release.tar.xz.part_* | tar xJf - -C reports)
+    b=${BASE_REL:-0.25.1} c=${CAND_REL:-0.26.0}; q=reports/qualify-release-$b-vs-$c
+    { time VLLM_PYTHON=/tmp/releases/$b/python CANDIDATE_VLLM_PYTHON=/tmp/releases/$c/python timeout -s TERM $LIMIT \
+        python3 -m vse.cli qualify --suite release --out $q --budget $BUDGET \
+        --set "arms.baseline.label=vLLM $b" --set "arms.candidate.label=vLLM $c" $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee -a "$OUT/release.log"
+    pack release "$q" ;;
+  bisect)  # vse bisect over the releases of benchmarks/h200/releases.yaml (the scenario's baseline arm run by
+    # each); BISECT=reports/<its folder> (default: the newest) resumes one its budget stopped
+    prev=${BISECT:-$(ls -td reports/*bisect-* 2>/dev/null | head -1)}
+    { time timeout -s TERM $LIMIT python3 -m vse.cli bisect --scenario $SC --budget $BUDGET \
+        $( [ -n "$prev" ] && echo --resume $prev || echo --builds benchmarks/h200/releases.yaml) $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee -a "$OUT/bisect.log"
+    pack bisect "$(ls -td reports/*bisect-* | head -1)" ;;
+  headline)  # the README's one command with no SCENARIO on this GPU machine, and vse check of the releases' arms
+    { time make compare BACKEND=flashinfer PY=python3; echo "exit code: $?"; } > "$OUT/headline.txt" 2>&1; cat "$OUT/headline.txt"
+    { time VLLM_PYTHON=/tmp/releases/${BASE_REL:-0.25.1}/python python3 -m vse.cli check --scenario $SC --backend cutlass \
+        --set arms.candidate.vllm.python=/tmp/releases/${CAND_REL:-0.26.0}/python; echo "exit code: $?"; } > "$OUT/check-releases.txt" 2>&1
+    cat "$OUT/check-releases.txt" ;;
+  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report|release|bisect|headline"; exit 2 ;;
 esac

@@ -250,7 +250,14 @@ def test_a_comparison_that_ended_before_the_bisection_recorded_it_is_taken_not_r
     (cut / "run.json").write_text(json.dumps({"status": "complete", "stopped": "time budget of 500 s spent"}))
     fake = FakeCompare(k=2)
     calls = []
-    runner = lambda argv: calls.append(argv) or (ExitCode.OK if argv[:2] == ["compare", "--resume"] else fake(argv))
+
+    def runner(argv):
+        calls.append(argv)
+        if argv[:2] != ["compare", "--resume"]:
+            return fake(argv)
+        (cut / "run.json").write_text(json.dumps({"status": "complete", "exit_code": 0}))  # as a resumed run ends
+        return ExitCode.OK
+
     assert bisect.run_bisect(state, builds, log=lambda m: None, runner=runner) == ExitCode.OK
     assert [s["build"] for s in state["steps"]] == ["b3", "b1", "b2"] and state["answer"]["culprit"] == "b2"
     assert calls[0] == ["compare", "--resume", str(cut)]  # b3 was read from its run, b1 resumed

@@ -577,10 +577,10 @@ def test_an_arms_own_usage_per_chunk_reaches_its_runs_and_its_records(tmp_path, 
     [
         (
             ["compare", "BACKEND=torch", "AA=1"],
-            'compare --scenario scenarios/cpu-smoke.yaml --backend torch --sets "$SET" --aa',
+            'compare --scenario default --backend torch --sets "$SET" --aa',
         ),
-        (["calibrate"], 'calibrate --scenario scenarios/cpu-smoke.yaml --plant-ms 0.2,0.8 --sets "$SET"'),
-        (["bisect", "BUILDS=b.yaml"], 'bisect --scenario scenarios/cpu-smoke.yaml --sets "$SET" --builds b.yaml'),
+        (["calibrate"], 'calibrate --scenario default --plant-ms 0.2,0.8 --sets "$SET"'),
+        (["bisect", "BUILDS=b.yaml"], 'bisect --scenario default --sets "$SET" --builds b.yaml'),
     ],
 )
 def test_make_echoes_each_long_command_as_one_readable_line(target, want):

@@ -136,8 +136,9 @@ def _positive(text: str) -> int:
 def _scenario_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--scenario",
-        default="scenarios/cpu-smoke.yaml",
-        help="a scenario file, or a shipped one by name (cpu-smoke); default %(default)s",
+        default="default",
+        help="a scenario file, or a shipped one by name (cpu-smoke); default: the seed PR's comparison "
+        "where a GPU is visible (its shapes from generated weights without the hub), cpu-smoke where none is",
     )
     sp.add_argument(
         "--set",
@@ -266,6 +267,20 @@ def _add_qualify(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--queue", default="gpu-h200", help="the GPU agents' queue, with --emit-pipeline")
     q.add_argument("--entry", type=int, default=0, help="run only entry N (1-based) into --out")
     q.add_argument("--aggregate", action="store_true", help="only fold --out's entry results into the index")
+    q.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="a scenario override for every entry, after the suite's own (the releases' Pythons, a design)",
+    )
+    q.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for this call: an entry's comparison starts no server that would not fit, and the "
+        "same command with the same --out resumes it",
+    )
     q.set_defaults(fn=cmd_qualify)
 
 
@@ -322,6 +337,12 @@ def _add_bisect(sub: argparse._SubParsersAction) -> None:
     bi.add_argument("--bad", default="", help="the known-bad build's id (default: the last)")
     bi.add_argument("--resume", default="", help="a bisection folder to go on with (after a cancel or a budget)")
     bi.add_argument("--reports", default=REPORTS, help="where the bisection's folder goes")
+    bi.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for this call: each step's comparison gets what is left, and --resume goes on",
+    )
     bi.add_argument("--agents", type=int, default=1, help="with --emit-pipeline: builds tested at once per round")
     bi.add_argument("--queue", default="gpu-h200", help="with --emit-pipeline: the GPU agents' queue")
     bi.add_argument("--emit-pipeline", action="store_true", help="print the next round as a Buildkite pipeline")

@@ -66,6 +66,7 @@ def cmd_compare(args) -> int:
     if (refused := _before_anything_starts(s, args)) is not None:
         return refused
     provision.ensure_for(s, args.cache, console)
+    preflight.check_releases(s)  # after the setup that builds the CPU's vLLM, before any run folder or server
     if run_dir is None:
         s, run_dir = start_run(s, opts)
     try:

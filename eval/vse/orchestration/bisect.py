@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from vse.orchestration.scenario_check import load_scenario
 from vse.report import bisect as bisect_report
 from vse.rundir.files import atomic_write_text, new_folder, read_json, write_json
 from vse.rundir.layout import BISECT_HTML, BISECT_JSON, BISECT_MD, RunDir
+from vse.rundir.state import finished_exit_code
 from vse.scenario.builds import Builds, load_builds
 from vse.stats.bisection import Search, Verdict, error_bound, more_than_one_change, verdict_of
 
@@ -255,24 +257,43 @@ def resume_state(folder: Path) -> tuple[dict[str, Any], Builds]:
     )
 
 
-def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> dict:
-    """Build i's comparison against the good end (its unfinished one resumed), as a step record."""
+class BudgetSpent(Exception):
+    """The call's time budget ended a step's comparison before its plan did: the step stays under way."""
+
+
+def _budget(deadline: float | None) -> list[str]:
+    """A step's share of the call's time budget: what is left of it (vse compare's --budget)."""
+    return [] if deadline is None else ["--budget", f"{max(deadline - time.monotonic(), 1):.0f}"]
+
+
+def measure(
+    state: dict[str, Any],
+    builds: Builds,
+    i: int,
+    runner: StepRunner,
+    log: Callable[[str], None],
+    deadline: float | None = None,
+) -> dict:
+    """Build i's comparison against the good end (its unfinished one resumed), as a step record;
+    BudgetSpent where the time budget stopped it first."""
     bid = builds.builds[i].id
     earlier = step_run_dir(state, bid)
-    ended = _exit_code(earlier) if earlier is not None else None
+    ended = finished_exit_code(earlier) if earlier is not None else None
     if ended is not None:
         log(f"bisect: {bid}: its comparison {earlier} ended before the bisection recorded it: taken as it is")
         code = ended
     elif earlier is not None:
         install_wheels(state, builds, [state["good"], i], log)
         log(f"bisect: {bid}: resuming its comparison {earlier}")
-        code = runner(["compare", "--resume", str(earlier)])
+        code = runner(["compare", "--resume", str(earlier), *_budget(deadline)])
     else:
         first = i == state["bad"] and not state["steps"]
         install_wheels(state, builds, [state["good"], i], log)
         log(f"bisect: {bid} ({'the bad end, checked first' if first else f'build {i} of 0..{len(builds.builds) - 1}'})")
-        code = runner(step_args(state, builds, i, None if first else state["steps"][0]["run"]))
+        code = runner(step_args(state, builds, i, None if first else state["steps"][0]["run"]) + _budget(deadline))
     run_dir = step_run_dir(state, bid)
+    if run_dir is not None and finished_exit_code(run_dir) is None and code != ExitCode.RUN_FAILED:
+        raise BudgetSpent(f"{bid}'s comparison {run_dir} stopped on the time budget")
     v = verdict_of(code)
     log(f"bisect: {bid}: {ExitCode.describe(code)} -> {v.value}")
     return {
@@ -284,25 +305,19 @@ def measure(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, l
     } | evidence(run_dir, code)
 
 
-def _exit_code(run_dir: Path) -> int | None:
-    """A finished comparison's exit code, as its reports recorded it; None for one a cancel or a
-    time budget stopped (it is resumed)."""
-    layout = RunDir(run_dir)
-    run = read_json(layout.run_json)
-    if run.get("status") != "complete" or run.get("stopped"):
-        return None
-    code = run.get("exit_code")
-    if code is None and layout.results.is_file():
-        code = read_json(layout.results).get("exit_code")
-    return None if code is None else int(code)
-
-
-def run_step(state: dict[str, Any], builds: Builds, i: int, runner: StepRunner, log: Callable[[str], None]) -> None:
+def run_step(
+    state: dict[str, Any],
+    builds: Builds,
+    i: int,
+    runner: StepRunner,
+    log: Callable[[str], None],
+    deadline: float | None = None,
+) -> None:
     """One step on this machine: named as under way in bisect.json, measured, recorded."""
     state["pending"] = {"build": builds.builds[i].id, "index": i}
     write(state)
     try:
-        step = measure(state, builds, i, runner, log)
+        step = measure(state, builds, i, runner, log, deadline)
     except KeyboardInterrupt:  # bisect.json names the step under way; its comparison marked itself interrupted
         log(
             f"bisect: cancelled during {builds.builds[i].id}'s step; "
@@ -347,11 +362,22 @@ def finish(state: dict[str, Any], builds: Builds, log: Callable[[str], None]) ->
 
 
 def run_bisect(
-    state: dict[str, Any], builds: Builds, log: Callable[[str], None], runner: StepRunner = child.run
+    state: dict[str, Any],
+    builds: Builds,
+    log: Callable[[str], None],
+    runner: StepRunner = child.run,
+    budget_s: float | None = None,
 ) -> int:
-    """On one machine: a step at a time until the answer is settled; bisect.json and bisect.md after each."""
+    """On one machine: a step at a time until the answer is settled; bisect.json and bisect.md after
+    each. With a time budget (seconds), each step's comparison gets what is left of it, and a step
+    it stops stays under way: `--resume` goes on from it (INCONCLUSIVE meanwhile)."""
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     while pts := next_round(state, builds):
-        run_step(state, builds, pts[0], runner, log)
+        try:
+            run_step(state, builds, pts[0], runner, log, deadline)
+        except BudgetSpent as e:
+            log(f"bisect: {e}; `vse bisect --resume {state['folder']}` goes on from it")
+            return ExitCode.INCONCLUSIVE
     return finish(state, builds, log)
 
 

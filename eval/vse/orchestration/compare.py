@@ -181,6 +181,7 @@ class Orchestrator:
                 "ready_s": round(ready, 1),
                 "requested_backend": srv.cfg.spec.backend.value,
                 "selected_kernel": kernel,
+                "vllm_version": srv.vllm_version(),  # the server's own word: which release this start ran
                 "whatif": srv.cfg.spec.whatif,
                 "planted_slowdown": (
                     srv.cfg.spec.planted_slowdown.model_dump() if srv.cfg.spec.planted_slowdown else None

@@ -26,6 +26,7 @@ from vse.orchestration import child
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
 from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, REPORTS, RunDir, qualify_entry
+from vse.rundir.state import finished_exit_code
 from vse.scenario import GateFamily
 from vse.stats.decide import standing_fails
 
@@ -91,54 +92,80 @@ def worst(results: list[tuple[int | None, bool]]) -> int:
 PROGRESS = ("healthy after", ": repeat ", "stopping:", "error:", "planted-slowdown: applied")
 
 
-def run_entry(suite: Suite, i: int, out: Path, log=print) -> dict:
+def run_entry(suite: Suite, i: int, out: Path, log=print, budget_s: float | None = None) -> dict:
     """One entry of the list as a `vse compare` of its own; its console goes to run-N.log, and a
     line per server start and run to `log` (a Buildkite log is not silent for hours). The result
-    is kept as entry-N.json, which `aggregate` folds into the index."""
+    is kept as entry-N.json, which `aggregate` folds into the index. An entry whose comparison a
+    time budget or a cancel stopped is resumed where it stopped (the same --out again, as a GPU
+    lent for ten minutes at a time needs); one that finished is taken as it is."""
     e = suite.runs[i]
     runs_root = out / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
+    path = qualify_entry(out, i + 1)
+    prior = _read_result(path)
+    earlier = out / prior["run"] if prior and prior.get("run") and (out / prior["run"] / "run.json").is_file() else None
+    if earlier is not None and finished_exit_code(earlier) is not None:
+        log(f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {earlier} is finished: taken as it is")
+        done = _result(e, finished_exit_code(earlier), earlier, prior.get("message", ""), out)  # type: ignore[union-attr]
+        write_json(path, done)
+        return done
     before = set(runs_root.iterdir())
-    argv = ["compare", "--scenario", e.scenario, "--reports", str(runs_root)]
-    argv += ["--backend", e.backend.value] if e.backend else []
-    for s in [*suite.set, *e.set]:
-        argv += ["--set", s]
+    if earlier is not None:
+        argv = ["compare", "--resume", str(earlier)]
+    else:
+        argv = ["compare", "--scenario", e.scenario, "--reports", str(runs_root)]
+        argv += ["--backend", e.backend.value] if e.backend else []
+        for s in [*suite.set, *e.set]:
+            argv += ["--set", s]
+    argv += ["--budget", f"{budget_s:g}"] if budget_s else []
     log(
         f"qualify {suite.name}: run {i + 1} of {len(suite.runs)}: {e.scenario}"
         + (f" BACKEND={e.backend.value}" if e.backend else "")
+        + (f", resuming {earlier}" if earlier is not None else "")
         + f" (console: {out}/run-{i + 1}.log)"
     )
     log_path = out / f"run-{i + 1}.log"  # its console, to follow with tail -f
-    with (
-        open(log_path, "w") as f,
-        child.running(
-            child.argv(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "COLUMNS": "200"},
-        ) as proc,
-    ):
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            f.write(line)
-            if any(p in line for p in PROGRESS):
-                log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
-    new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
-    lines = log_path.read_text().strip().splitlines()
-    last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
-    r = _result(e, proc.returncode, new[-1] if new else None, last, out)
-    write_json(qualify_entry(out, i + 1), r)
-    log(
-        f"  -> {OUTCOME.get(proc.returncode, proc.returncode)}"
-        + (f" ({last})" if proc.returncode in (ExitCode.RUN_FAILED, ExitCode.UNSUPPORTED) else "")
-    )
+    code: int | None = None
+    try:
+        with (
+            open(log_path, "a" if earlier is not None else "w") as f,
+            child.running(
+                child.argv(argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env={**os.environ, "COLUMNS": "200"},
+            ) as proc,
+        ):
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                f.write(line)
+                if any(p in line for p in PROGRESS):
+                    log(f"  run {i + 1}: {line.strip().lstrip('> ')}")
+        code = proc.returncode
+    finally:  # a cancel too leaves the entry's run named, so the next call resumes it
+        new = sorted(p for p in set(runs_root.iterdir()) - before if p.is_dir())
+        run_dir = earlier or (new[-1] if new else None)
+        lines = log_path.read_text().strip().splitlines() if log_path.is_file() else []
+        last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+        r = _result(e, code, run_dir, last, out)
+        write_json(path, r)
+    if r.get("stopped"):
+        log(f"  -> stopped: {r['stopped']} (the same command again resumes it)")
+    else:
+        log(
+            f"  -> {OUTCOME.get(code, code)}"  # type: ignore[arg-type]
+            + (f" ({last})" if code in (ExitCode.RUN_FAILED, ExitCode.UNSUPPORTED) else "")
+        )
     return r
 
 
-def run_suite(suite: Suite, out: Path, log=print) -> int:
+def run_suite(suite: Suite, out: Path, log=print, budget_s: float | None = None) -> int:
+    """Every entry in turn (a finished one is taken as it is). With a time budget, an entry that
+    stops on it ends the call: the same command again goes on from there."""
     for i in range(len(suite.runs)):
-        run_entry(suite, i, out, log)
+        if run_entry(suite, i, out, log, budget_s).get("stopped"):
+            break
     return aggregate(suite, out)
 
 
@@ -234,6 +261,12 @@ def _result(e: Entry, code: int | None, run_dir: Path | None, last_line: str, ou
         summary = RunDir(run_dir).summary
         if summary.is_file():
             r["headline"] = summary.read_text().splitlines()[2]
+    if run_dir and RunDir(run_dir).run_json.is_file():
+        run = json.loads(RunDir(run_dir).run_json.read_text())
+        if run.get("stopped") or run.get("status") in ("interrupted", "running"):
+            r["stopped"] = run.get("stopped") or f"the comparison was {run.get('status')}"
+            r["outcome"] = f"STOPPED ({r['stopped']}): not qualified yet"
+            r["exit_code"] = None  # qualified nothing yet: the same command resumes it
     return r
 
 

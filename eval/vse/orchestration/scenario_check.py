@@ -7,19 +7,57 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vse.errors import ScenarioError
+from vse.errors import PreflightError, ScenarioError
 from vse.paths import scenario_path
 from vse.quality.small_tasks import TASKS
 from vse.scenario import Scenario
 from vse.scenario.load import read_scenario
+from vse.server import preflight
 from vse.stats.registry import metric_defs
 
+# `make compare` with no SCENARIO: the seed PR's comparison where a GPU is visible, the CPU smoke
+# comparison where none is. With no hub access the seed's model cannot be had; its shapes can.
+DEFAULT = "default"
+CPU_DEFAULT = "scenarios/cpu-smoke.yaml"
+GPU_SEED = "scenarios/llama3-8b-fp8-isl1024-osl1024-c128.yaml"
+GPU_STANDIN = "scenarios/h200-llama3.1-8b-fp8-dummy.yaml"
 
-def load_scenario(path: str | Path, *, backend: str | None = None, overrides: Sequence[str] = ()) -> Scenario:
-    """The scenario at path with BACKEND and SET applied, validated, and its names checked."""
+
+def default_scenario(log: Callable[[str], None]) -> str:
+    """The scenario DEFAULT names on this machine, said in one line."""
+    if not preflight.query_gpus():
+        return CPU_DEFAULT
+    try:
+        preflight.check_model(read_scenario(GPU_SEED))
+    except PreflightError as e:
+        log(
+            f"scenario: a GPU is visible; the seed PR's model cannot be had here ({e}): "
+            f"the same shapes from generated weights, {GPU_STANDIN}"
+        )
+        return GPU_STANDIN
+    log(f"scenario: a GPU is visible: the seed PR's comparison, {GPU_SEED}")
+    return GPU_SEED
+
+
+def _said(m: str) -> None:
+    print(m, file=sys.stderr, flush=True)
+
+
+def load_scenario(
+    path: str | Path,
+    *,
+    backend: str | None = None,
+    overrides: Sequence[str] = (),
+    log: Callable[[str], None] = _said,
+) -> Scenario:
+    """The scenario at path (DEFAULT: chosen by this machine) with BACKEND and SET applied,
+    validated, and its names checked."""
+    if str(path) == DEFAULT:
+        path = default_scenario(log)
     s = read_scenario(path, backend=backend, overrides=overrides)
     _check_names(scenario_path(path), s)
     return s

@@ -47,6 +47,19 @@ def mean_run_s(run_dir: Path, arm: str) -> float:
     return sum((m.get("ended_ns", 0) - m.get("started_ns", 0)) / 1e9 for m in metas) / len(metas) if metas else 0.0
 
 
+def finished_exit_code(run_dir: Path) -> int | None:
+    """A finished comparison's exit code, as its reports recorded it; None for one a cancel or a
+    time budget stopped (`vse compare --resume` goes on with it)."""
+    layout = RunDir(run_dir)
+    run = read_json(layout.run_json)
+    if run.get("status") != "complete" or run.get("stopped"):
+        return None
+    code = run.get("exit_code")
+    if code is None and layout.results.is_file():
+        code = read_json(layout.results).get("exit_code")
+    return None if code is None else int(code)
+
+
 REUSE_VAR = {"baseline": "BASE_RUN", "candidate": "CAND_RUN"}  # as the Makefile spells them
 
 

@@ -20,7 +20,7 @@ from vse.quality import accuracy
 from vse.rundir.files import check_room, run_bytes_estimate
 from vse.scenario import Device, Scenario
 from vse.server import whatif
-from vse.server.process import port_is_free
+from vse.server.process import Release, port_is_free, release
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,42 @@ def check_pythons(pythons: dict[str, str | None]) -> None:
             raise PreflightError(f"{arm}: the vLLM Python {py} does not exist or is not executable (vllm.python)")
         if py and os.sep not in py and not shutil.which(py):
             raise PreflightError(f"{arm}: the vLLM Python {py} is not on PATH (vllm.python)")
+
+
+def check_releases(scenario: Scenario) -> dict[str, Release]:
+    """Each arm's vLLM, imported as its server will be (once per install): a Python that cannot import
+    it is refused with the import error's last line, and a release whose source lacks a flag the
+    suite would pass it (--linear-backend, for the FP8 backends) is refused naming the way out.
+    Returns what each arm runs (an arm started by a whole command: no version known before it starts)."""
+    out = {}
+    for arm, spec in scenario.server_arms().items():
+        install = spec.vllm or scenario.server.vllm
+        try:
+            rel = release(install)
+        except PreflightError as e:
+            raise PreflightError(f"{arm}: {e}") from None
+        out[arm] = rel
+        args, _ = backends.selection_args(spec.backend, has_linear_backend_flag=scenario.server.linear_backend_flag)
+        missing = [a for a in args if a.startswith("--") and rel.root and not _has_flag(Path(rel.root), a)]
+        if missing:
+            raise PreflightError(
+                f"{arm}: vLLM {rel.version} ({install.python}) has no {missing[0]}, which selects backend "
+                f"{spec.backend.value}; server.linear_backend_flag: false selects it by environment instead "
+                "(VLLM_DISABLED_KERNELS), where that vLLM reads it"
+            )
+    return out
+
+
+# Where vLLM's serve flags are declared (engine arguments, then the OpenAI server's own)
+_FLAG_SOURCES = ("engine/arg_utils.py", "entrypoints/openai/cli_args.py", "entrypoints/cli/serve.py")
+
+
+def _has_flag(root: Path, flag: str) -> bool:
+    """Whether this vLLM's source declares the flag, read as text (building its parser imports
+    torch: seconds per arm); a source laid out otherwise is not refused."""
+    texts = [(root / f).read_text(errors="replace") for f in _FLAG_SOURCES if (root / f).is_file()]
+    field = flag.removeprefix("--").replace("-", "_")
+    return not texts or any(f'"{flag}"' in x or re.search(rf"^\s+{field}\s*:", x, re.M) for x in texts)
 
 
 def hub_cache() -> Path:

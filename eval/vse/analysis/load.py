@@ -56,6 +56,11 @@ class ArmAnalysis:
     def kernels(self) -> list[str | None]:
         return [s.get("selected_kernel") for s in self.servers]
 
+    @property
+    def releases(self) -> list[str]:
+        """The vLLM versions this arm's servers announced at their starts (none recorded before 0.3)."""
+        return sorted({v for s in self.servers if (v := s.get("vllm_version"))})
+
 
 def _good_fn(s: Scenario) -> Callable[[RequestRecord], bool] | None:
     g = s.workload.goodput

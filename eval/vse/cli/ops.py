@@ -28,6 +28,8 @@ from vse.rundir.layout import (
 )
 
 console = Console(stderr=True, soft_wrap=True)  # off a terminal too, a line stays one line
+# What a command was asked for (vse check's verdict): stdout, so `vse check ... 2>/dev/null` still says it
+said = Console(soft_wrap=True)
 
 
 def cmd_history(args) -> int:
@@ -290,9 +292,9 @@ def cmd_check(args) -> int:
     from vse.server import preflight
 
     s = load_scenario(args.scenario, backend=args.backend or None, overrides=args.set)
-    console.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
+    said.print(f"{args.scenario}: ok ({s.name}: {s.arms.baseline.label} vs {s.arms.candidate.label})")
     if not s.gates.performance and not s.accuracy.enabled and s.gates.agreement_mode != "gate":
-        console.print(
+        said.print(
             "warning: this scenario gates nothing (no gates.performance, accuracy off, agreement reported): "
             "every comparison of it PASSes whatever it measures",
             soft_wrap=True,
@@ -303,9 +305,9 @@ def cmd_check(args) -> int:
     try:
         preflight.before_a_comparison(s, Path(args.reports))
         runs = releases_said(s, args.cache)
-        console.print("preflight on this machine: would start" + (f" ({runs})" if runs else ""), highlight=False)
+        said.print("preflight on this machine: would start" + (f" ({runs})" if runs else ""), highlight=False)
     except SuiteError as e:
-        console.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
+        said.print(f"preflight on this machine: would refuse: {e}", soft_wrap=True, highlight=False)
     return 0
 
 

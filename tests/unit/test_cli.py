@@ -460,7 +460,7 @@ def test_check_runs_compares_own_preflight_and_neither_leaves_a_run_folder(tmp_p
     ):
         sets = ["--set", f"model.id={model}", "--set", "model.builtin=null"]
         assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets]) == 0
-        out = capsys.readouterr().err  # the console is stderr
+        out = capsys.readouterr().out  # the verdict is on stdout, diagnostics on stderr
         assert "preflight on this machine: would refuse" in out and said in out
         code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", *sets, "--reports", str(reports)])
         err = capsys.readouterr().err
@@ -469,13 +469,13 @@ def test_check_runs_compares_own_preflight_and_neither_leaves_a_run_folder(tmp_p
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     sets = ["--set", "model.id=some-org/some-model", "--set", "model.builtin=null"]
     cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets])
-    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
+    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().out
 
 
 def test_check_says_when_a_scenario_gates_nothing(capsys):
     sets = ["--set", "gates.performance=[]", "--set", "accuracy.enabled=false"]
     assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml", *sets]) == 0
-    assert "this scenario gates nothing" in capsys.readouterr().err
+    assert "this scenario gates nothing" in capsys.readouterr().out
     assert cli.main(["check", "--scenario", "scenarios/cpu-smoke.yaml"]) == 0
     assert "gates nothing" not in capsys.readouterr().err
 

@@ -172,3 +172,96 @@ def test_a_server_variable_no_one_reads_is_refused_with_the_closest_name(tmp_pat
         PreflightError, match="candidate: server env VSE_PLANTED_SLOWDWN.*the suite.*VSE_PLANTED_SLOWDOWN"
     ):
         preflight.check_env_names(mine)
+
+
+def test_a_servers_start_banner_names_its_release():
+    from vse.server.process import banner_version
+
+    v026 = "(APIServer pid=1092) INFO 12-04 03:58:51 [api_utils.py:345]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.26.0\n"
+    assert banner_version("$ python -m vllm serve m\nINFO loading\n" + v026) == "0.26.0"
+    assert banner_version("INFO 07-01 [api_server.py:1]  vLLM API server version 0.9.2.dev3+g1a2b3c4\n") == (
+        "0.9.2.dev3+g1a2b3c4"
+    )
+    assert banner_version("INFO nothing about releases here\nSelected CutlassFP8 for Fp8LinearMethod\n") is None
+
+
+def fake_vllm(tmp_path, flags: str, version="9.9.9") -> str:
+    """A Python whose `vllm` is a source tree declaring `flags` in its engine arguments."""
+    root = tmp_path / "site" / "vllm"
+    (root / "engine").mkdir(parents=True)
+    (root / "entrypoints" / "cli").mkdir(parents=True)
+    (root / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    (root / "entrypoints" / "__init__.py").write_text("")
+    (root / "entrypoints" / "cli" / "__init__.py").write_text("")
+    (root / "entrypoints" / "cli" / "main.py").write_text("")
+    (root / "engine" / "arg_utils.py").write_text(flags)
+    (tmp_path / "site" / f"vllm-{version}.dist-info").mkdir()
+    (tmp_path / "site" / f"vllm-{version}.dist-info" / "METADATA").write_text(f"Name: vllm\nVersion: {version}\n")
+    py = tmp_path / "python"
+    py.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {os.sys.executable} "$@"\n')
+    py.chmod(0o755)
+    return str(py)
+
+
+def test_a_release_is_named_by_its_version_and_one_lacking_the_backends_flag_is_refused(tmp_path):
+    from vse.server import process
+
+    process.release.cache_clear()
+    old = fake_vllm(tmp_path / "old", "class EngineArgs:\n    model: str = ''\n", version="0.9.2")
+    new = fake_vllm(tmp_path / "new", "class EngineArgs:\n    linear_backend: str = 'auto'\n", version="0.26.0")
+    s = scenario("h200-llama3.1-8b-fp8-dummy.yaml", backend="cutlass")
+    pick = lambda b, c: s.model_copy(
+        update={
+            "arms": s.arms.model_copy(
+                update={
+                    a: getattr(s.arms, a).model_copy(update={"vllm": process.VllmInstall(python=py)})
+                    for a, py in (("baseline", b), ("candidate", c))
+                }
+            )
+        }
+    )
+    got = preflight.check_releases(pick(new, new))
+    assert {a: r.version for a, r in got.items()} == {"baseline": "0.26.0", "candidate": "0.26.0"}
+    with pytest.raises(
+        PreflightError, match=r"candidate: vLLM 0.9.2 \(.*\) has no --linear-backend.*linear_backend_flag: false"
+    ):
+        preflight.check_releases(pick(new, old))
+    off = pick(new, old)
+    off = off.model_copy(update={"server": off.server.model_copy(update={"linear_backend_flag": False})})
+    assert preflight.check_releases(off)["candidate"].version == "0.9.2"  # the way out the message names
+
+
+def stand_in_nvidia_smi(tmp_path, monkeypatch, line="0, NVIDIA H100 80GB HBM3, 9.0, 1, 81559, GPU-0000"):
+    """An `nvidia-smi` first on PATH that answers the suite's GPU query as an H100 would."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(f"#!/bin/sh\necho '{line}'\n")
+    (bin_ / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_the_headline_command_picks_the_seeds_comparison_where_a_gpu_is_visible(tmp_path, monkeypatch, capsys):
+    from vse import cli
+    from vse.orchestration import scenario_check as sc
+
+    said = []
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: the CPU default
+    assert sc.default_scenario(said.append) == sc.CPU_DEFAULT and said == []
+    stand_in_nvidia_smi(tmp_path, monkeypatch)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # no hub: the seed's shapes from generated weights
+    monkeypatch.delenv("MODEL", raising=False)
+    assert sc.default_scenario(said.append) == sc.GPU_STANDIN
+    assert len(said) == 1 and "the seed PR's model cannot be had here" in said[0] and sc.GPU_STANDIN in said[0]
+    model = tmp_path / "llama3-8b-fp8"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("MODEL", str(model))  # the seed's model at hand: the seed's own scenario
+    assert sc.default_scenario(said.append) == sc.GPU_SEED and "the seed PR's comparison" in said[-1]
+    monkeypatch.delenv("MODEL")
+    # make compare BACKEND=flashinfer on Hopper: refused in seconds, the what-if named
+    code = cli.main(["compare", "--backend", "flashinfer", "--reports", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 4 and "is 9.0 < 10.0; WHATIF=1 runs it anyway" in err, err
+    assert not list((tmp_path / "r").glob("*/run.json"))

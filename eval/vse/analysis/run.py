@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vse.analysis import pace
+from vse.analysis.felt import FeltView, felt_view
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
 from vse.analysis.verdict import (
@@ -61,6 +62,7 @@ class Analysis:
     gemm_prediction: gemm_predict.Prediction | None = None  # what those kernel timings alone predict
     gemm_prediction_note: str = ""  # why there is no prediction
     sweep: list[tuple[str, Analysis]] = field(default_factory=list)  # (point label, its analysis)
+    felt: FeltView | None = None  # two releases: what a user of the candidate would feel (felt.py)
 
     @property
     def complete(self) -> bool:
@@ -142,6 +144,7 @@ def analyze(
         looks=s.run.looks,
         gate_alpha=gate_alpha,
         sweep=points,
+        felt=felt_view(arms, env, comparison, g.significance),
     )
     if gemm_path is not None:
         out.gemm = read_json(gemm_path)

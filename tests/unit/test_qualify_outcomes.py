@@ -87,3 +87,28 @@ def test_an_optional_entry_is_listed_and_not_counted(tmp_path, optional, expecte
     write_entry(out, 2, REFUSED)
     assert qualify.aggregate(suite, out) == expected
     assert ("optional: listed, not counted" in (out / "index.md").read_text()) is optional
+
+
+def test_a_broken_entry_refuses_the_whole_suite_before_its_first_entry_runs(tmp_path, monkeypatch, capsys):
+    """A typo in the last entry used to cost every entry before it (four server starts) and an emitted
+    pipeline uploaded a step for it; now both refuse in seconds, naming the entry."""
+    from vse import cli
+
+    ran = []
+    monkeypatch.setattr(qualify, "run_entry", lambda *a, **k: ran.append(a) or {"exit_code": 0})
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(
+        "name: broken\nruns:\n  - {scenario: scenarios/cpu-smoke.yaml}\n"
+        "  - {scenario: scenarios/cpu-smoke.yaml, set: [workload.num_promts=8]}\n"
+    )
+    for extra in ([], ["--emit-pipeline"]):
+        code = cli.main(["qualify", "--suite", str(bad), "--reports", str(tmp_path / "r"), *extra])
+        out, err = capsys.readouterr()
+        assert code == 2 and ran == [] and "steps" not in out
+        assert "suite broken: entry 2 (scenarios/cpu-smoke.yaml): " in err and "num_promts" in err, err
+    assert not list((tmp_path / "r").glob("*qualify*"))  # no qualification folder either
+    # the release list on a CPU machine: its GPU entries are refused here, not broken; a pipeline's
+    # step sets the candidate's Python itself
+    monkeypatch.delenv("CANDIDATE_VLLM_PYTHON", raising=False)
+    qualify.check_entries(qualify.load_suite("release"), tmp_path)
+    qualify.check_entries(qualify.load_suite("release"), None)

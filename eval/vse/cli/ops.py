@@ -248,6 +248,8 @@ def cmd_qualify(args) -> int:
 
     suite = qualify.load_suite(args.suite)
     suite = suite.model_copy(update={"set": [*suite.set, *args.set]})
+    if not args.aggregate:  # every entry checked before the first runs, or is emitted as a step
+        qualify.check_entries(suite, None if args.emit_pipeline or args.entry else Path(args.reports))
     if args.emit_pipeline:  # | buildkite-agent pipeline upload
         print(yaml.safe_dump(qualify.pipeline(suite, queue=args.queue), sort_keys=False))
         return 0

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from vse import exitcodes
 from vse.backends import Backend
-from vse.errors import SuiteError
+from vse.errors import SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.orchestration import child
+from vse.orchestration.scenario_check import load_scenario
 from vse.paths import suites_dir
 from vse.rundir.files import write_json
 from vse.rundir.layout import QUALIFY_JSON, QUALIFY_MD, REPORTS, RunDir, qualify_entry
 from vse.rundir.state import finished_exit_code
 from vse.scenario import GateFamily
+from vse.server import preflight
 from vse.stats.decide import standing_fails
 
 OUTCOME: dict[int, str] = {
@@ -72,6 +77,39 @@ def load_suite(name_or_path: str, root: Path | None = None) -> Suite:
         return Suite.model_validate(yaml.safe_load(path.read_text()))
     except (ValidationError, yaml.YAMLError, ValueError) as e:
         raise SuiteError(f"{path}: {str(e).splitlines()[0]}") from None
+
+
+def check_entries(suite: Suite, reports: Path | None = None) -> None:
+    """Every entry read, validated and (with `reports`: on the machine that will run them) put
+    through compare's preflight, in seconds, before any of them runs: a typo in the last entry must
+    not cost the device time of those before it. A configuration this machine cannot run (exit 4)
+    is no broken entry: it is listed as refused when its turn comes. For a pipeline (reports None)
+    the variables its steps set themselves (the candidate's Python) stand in as placeholders."""
+    for i, e in enumerate(suite.runs, 1):
+        try:
+            with _placeholders([*suite.set, *e.set]) if reports is None else nullcontext():
+                s = load_scenario(
+                    e.scenario, backend=e.backend.value if e.backend else None, overrides=[*suite.set, *e.set]
+                )
+            if reports is not None:
+                preflight.before_a_comparison(s, reports)
+        except UnsupportedError:
+            continue
+        except SuiteError as err:
+            raise SuiteError(f"suite {suite.name}: entry {i} ({e.scenario}): {err}; nothing was run") from None
+
+
+@contextmanager
+def _placeholders(sets: list[str]) -> Iterator[None]:
+    """${VAR}s of the suite's overrides that the environment lacks, set for the block to a path no
+    file is at (a pipeline's step sets them; the entries are checked where they are emitted)."""
+    missing = {m for s in sets for m in re.findall(r"\$\{(\w+)\}", s) if m not in os.environ}
+    os.environ.update({m: f"/set-by-the-step/{m}" for m in missing})
+    try:
+        yield
+    finally:
+        for m in missing:
+            os.environ.pop(m, None)
 
 
 def counted(code: int | None, optional: bool) -> int:

@@ -107,8 +107,10 @@ def test_a_broken_entry_refuses_the_whole_suite_before_its_first_entry_runs(tmp_
         assert code == 2 and ran == [] and "steps" not in out
         assert "suite broken: entry 2 (scenarios/cpu-smoke.yaml): " in err and "num_promts" in err, err
     assert not list((tmp_path / "r").glob("*qualify*"))  # no qualification folder either
-    # the release list on a CPU machine: its GPU entries are refused here, not broken; a pipeline's
-    # step sets the candidate's Python itself
+    # the release list: a pipeline's step sets the candidate's Python itself; a run here needs it
     monkeypatch.delenv("CANDIDATE_VLLM_PYTHON", raising=False)
-    qualify.check_entries(qualify.load_suite("release"), tmp_path)
     qualify.check_entries(qualify.load_suite("release"), None)
+    with pytest.raises(qualify.SuiteError, match="entry 1 .*CANDIDATE_VLLM_PYTHON is used but not set"):
+        qualify.check_entries(qualify.load_suite("release"), tmp_path)
+    monkeypatch.setenv("CANDIDATE_VLLM_PYTHON", "python3")
+    qualify.check_entries(qualify.load_suite("release"), tmp_path)  # its GPU entries: refused here, not broken

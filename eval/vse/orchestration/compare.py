@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from vse.analysis import analyze
-from vse.errors import ServerError, SuiteError
+from vse.errors import ServerError, SuiteError, UnsupportedError
+from vse.exitcodes import ExitCode
 from vse.loadgen.benchmark import RunPrompts, Target, refusal_message, refused_every, run_repeat
 from vse.loadgen.datasets import Prompt, build_prompts, load_prompts, save_prompts
 from vse.models import checkpoint, sources
@@ -426,14 +427,17 @@ def run_compare(s: Scenario, run_dir: Path, opts: CompareOptions) -> None:
     try:
         try:
             orch.execute()
+        # Each ending with its exit code at once: a kill while the incomplete report is built must not
+        # leave run.json without one (CI reads it)
         except KeyboardInterrupt:
-            orch.status.finish("interrupted", "interrupted (Ctrl-C or SIGTERM); servers stopped")
+            orch.status.finish("interrupted", "interrupted (Ctrl-C or SIGTERM); servers stopped", ExitCode.RUN_FAILED)
             raise
         except SuiteError as e:
-            orch.status.finish("failed", str(e))
+            code = ExitCode.UNSUPPORTED if isinstance(e, UnsupportedError) else ExitCode.RUN_FAILED
+            orch.status.finish("failed", str(e), code)
             raise
         except Exception as e:
-            orch.status.finish("failed", f"{type(e).__name__}: {e}")
+            orch.status.finish("failed", f"{type(e).__name__}: {e}", ExitCode.RUN_FAILED)
             raise
         orch.status.finish("complete")
     finally:  # each load point gets the run's final status, however the run ended

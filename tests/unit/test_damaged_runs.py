@@ -144,7 +144,7 @@ def test_history_refuses_a_run_changed_after_its_report(run, tmp_path, capsys):
     path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in recs))
     assert path.stat().st_size == size
     r = vse(capsys, "history", "--db", tmp_path / "h.sqlite", run)
-    assert r.returncode == 2 and "bench-0.jsonl: changed since the run sealed it" in r.stderr
+    assert r.returncode == 2 and "bench-0.jsonl: changed since the run sealed it" in r.stdout
 
 
 def test_report_on_a_packed_example_writes_nothing(tmp_path, capsys):

@@ -41,7 +41,7 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     db_path = tmp_path / "h.sqlite"
     r = vse("history", "--db", db_path, run, run)
     assert r.returncode == 0, tail(r.stderr)
-    assert "8 run-level rows added" in r.stderr and "already in the history" in r.stderr
+    assert "8 run-level rows added" in r.stdout and "already in the history" in r.stdout
     db = schema.connect(db_path)
     with db.connect() as c:
         assert c.execute(sa.text("SELECT COUNT(*) FROM runs")).scalar() == 8
@@ -70,7 +70,7 @@ def test_ingest_is_idempotent_and_skips_a_half_written_run(tmp_path):
     meta = json.loads((half / "run.json").read_text())
     (half / "run.json").write_text(json.dumps({**meta, "status": "failed"}))
     r = vse("history", "--db", db_path, half)
-    assert r.returncode == 0 and "skipped:" in r.stderr and "status failed (not finished)" in r.stderr
+    assert r.returncode == 0 and "skipped:" in r.stdout and "status failed (not finished)" in r.stdout
 
 
 def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path, capsys):
@@ -83,7 +83,7 @@ def test_a_run_is_its_content_whatever_its_folder_is_called(tmp_path, capsys):
     other = unpack(EX / "cpu-smoke-aa", reports / "c", "aa")
     r = vse_here(capsys, "history", "--db", tmp_path / "h.sqlite", one, same, other)
     assert r.returncode == 0, tail(r.stderr)
-    assert r.stderr.count("8 run-level rows added") == 2 and "copy-of-aa: already in the history" in r.stderr
+    assert r.stdout.count("8 run-level rows added") == 2 and "copy-of-aa: already in the history" in r.stdout
     assert history.run_key(one) == history.run_key(same) != history.run_key(other)
 
 
@@ -96,12 +96,12 @@ def test_a_walk_leaves_committed_examples_out_unless_asked(tmp_path, capsys):
     unpack(EX / "cpu-smoke-aa", reports, "20261201T020000Z-night")
     db = tmp_path / "h.sqlite"
     r = vse_here(capsys, "history", "--db", db, reports)
-    assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stderr, tail(r.stderr)
-    assert "20261201T020000Z-night: 8 run-level rows added" in r.stderr and "example:" not in r.stderr
+    assert r.returncode == 0 and "skipped: 2 committed examples under" in r.stdout, tail(r.stderr)
+    assert "20261201T020000Z-night: 8 run-level rows added" in r.stdout and "example:" not in r.stdout
     r = vse_here(capsys, "history", "--db", db, reports, "--examples")
     assert r.returncode == 0, tail(r.stderr)
-    assert "example:cpu-smoke: 8 run-level rows added" in r.stderr  # named by their path under examples/
-    assert "example:cpu-calibration-flow/aa:" in r.stderr
+    assert "example:cpu-smoke: 8 run-level rows added" in r.stdout  # named by their path under examples/
+    assert "example:cpu-calibration-flow/aa:" in r.stdout
 
 
 def test_series_are_keyed_by_what_was_measured_not_by_the_machine():
@@ -319,7 +319,8 @@ def test_ingest_reads_results_json_while_it_matches_the_raw_data_and_analyses_ag
 
 def test_a_path_that_does_not_exist_is_refused_and_no_folder_is_made(tmp_path, capsys):
     r = vse_here(capsys, "history", "--db", tmp_path / "h.sqlite", tmp_path / "no-such-run")
-    assert r.returncode == 2 and "no-such-run: no such file or directory" in r.stderr
+    assert r.returncode == 2 and "no-such-run: no such file or directory" in r.stdout
+    assert not (tmp_path / "h.sqlite").exists()  # a refused ingest creates no database
     r = vse_here(capsys, "history", "--db", tmp_path / "missing" / "h.sqlite", tmp_path)
     assert r.returncode == 2 and "the folder" in r.stderr and "does not exist" in r.stderr
     assert not (tmp_path / "missing").exists()

@@ -40,7 +40,12 @@ def cmd_history(args) -> int:
     walk goes on past it) or a database error."""
     from vse.history import schema
 
-    _lines, refused = ingest_walk(schema.connect(args.db), [Path(r) for r in args.runs], args.examples)
+    paths = [Path(r) for r in args.runs]
+    if not any(p.exists() for p in paths):  # nothing to ingest: no database is created for it
+        for p in paths:
+            said.print(f"refused: {p}: no such file or directory", highlight=False)
+        return ExitCode.RUN_FAILED
+    _lines, refused = ingest_walk(schema.connect(args.db), paths, args.examples)
     return ExitCode.RUN_FAILED if refused else ExitCode.OK
 
 
@@ -55,8 +60,8 @@ def ingest_walk(db, paths: list[Path], examples: bool) -> tuple[list[str], int]:
 
     lines, refused = [], 0
 
-    def say(line: str) -> None:
-        console.print(line, highlight=False, soft_wrap=True)
+    def say(line: str) -> None:  # the walk's result, a line a run: stdout
+        said.print(line, highlight=False, soft_wrap=True)
         lines.append(line)
 
     for p in [p for p in paths if not p.exists()]:  # a typo is not "nothing to ingest"

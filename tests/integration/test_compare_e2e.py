@@ -294,8 +294,10 @@ def test_server_that_cannot_start_exits_2_with_the_root_cause(tmp_path):
 
 
 def start_reusing_baseline(run: Path, reports: Path, *extra: str, ready=lambda log: log.stat().st_size > 2000):
-    """`compare` in the background, reusing `run`'s baseline; returns (process, candidate server
-    log) once that log satisfies `ready` (by default: the server is up and loading)."""
+    """`compare` in the background, reusing `run`'s baseline, with a TMPDIR of its own
+    (reports/jobtmp, as a CI job has); returns (process, candidate server log) once that log
+    satisfies `ready` (by default: the server is up and loading)."""
+    (reports / "jobtmp").mkdir(parents=True, exist_ok=True)
     p = subprocess.Popen(
         [
             sys.executable,
@@ -312,6 +314,7 @@ def start_reusing_baseline(run: Path, reports: Path, *extra: str, ready=lambda l
             *extra,
         ],
         cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(reports / "jobtmp")},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -358,11 +361,14 @@ def test_a_killed_or_hung_up_suite_leaves_no_vllm_process(smoke, tmp_path, sig):
         p.send_signal(sig)
     p.communicate(timeout=120)
     deadline = time.monotonic() + 30
-    while vllm_ports_alive(new) and time.monotonic() < deadline:
+    jobtmp = tmp_path / "jobtmp"
+    while (vllm_ports_alive(new) or list(jobtmp.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert vllm_ports_alive(new) == []
+    assert list(jobtmp.iterdir()) == []  # the server's own temporary folder, and vLLM's files in it, are gone
     if sig != signal.SIGKILL:
-        assert p.returncode == 2 and json.loads((new / "run.json").read_text())["status"] == "interrupted"
+        status = json.loads((new / "run.json").read_text())
+        assert p.returncode == 2 and (status["status"], status["exit_code"]) == ("interrupted", 2)
 
 
 def test_a_frozen_server_ends_the_run_with_exit_2_naming_the_hang(smoke, tmp_path):

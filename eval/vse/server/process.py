@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +25,7 @@ from pathlib import Path
 from vse import backends
 from vse.errors import KernelMismatchError, PreflightError, ServerError
 from vse.redaction import env_secrets, redact
-from vse.scenario import ArmSpec, Device, ServerSpec, VllmInstall
+from vse.scenario import DEFAULT_CACHE, ArmSpec, Device, ServerSpec, VllmInstall
 from vse.server import planted, prometheus, whatif
 from vse.server.environment import inherited_env
 
@@ -195,8 +197,8 @@ def die_with_parent() -> None:
 
 
 _WATCHDOG = """
-import os, signal, sys, time
-suite, pgid = int(sys.argv[1]), int(sys.argv[2])
+import os, shutil, signal, sys, time
+suite, pgid, tmp = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 while True:
     time.sleep(0.5)
     try:
@@ -210,17 +212,32 @@ while True:
             os.killpg(pgid, signal.SIGKILL)  # the suite died without stopping it (SIGKILL)
         except ProcessLookupError:
             pass
+        for _ in range(100):  # its own temporary folder once none of the group writes to it
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        shutil.rmtree(tmp, ignore_errors=True)
         sys.exit(0)
 """
 
 
-def _watchdog(pgid: int) -> None:
+def tmp_env(tmpdir: str) -> dict[str, str]:
+    """A server's temporary files in its own folder; torch's compile cache, which later starts reuse,
+    in the suite's cache instead of there (unless the caller names one)."""
+    cache = Path(os.environ.get("VSE_CACHE") or DEFAULT_CACHE) / "torchinductor"
+    return {"TMPDIR": tmpdir, "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache))}
+
+
+def _watchdog(pgid: int, tmpdir: str) -> None:
     """A tiny process that kills the server's whole group if the suite dies without stopping it:
-    the parent-death signal reaches the API server only, not its engine core and workers."""
+    the parent-death signal reaches the API server only, not its engine core and workers. Then it
+    removes the server's temporary folder."""
     import sys
 
     subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid)],
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(pgid), tmpdir],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -310,6 +327,7 @@ class VllmServer:
     argv: list[str] = field(default_factory=list)
     started_at: float = 0.0
     ready_s: float | None = None
+    tmpdir: str | None = None  # the server's own TMPDIR, removed once it has stopped
 
     @property
     def url(self) -> str:
@@ -331,19 +349,22 @@ class VllmServer:
         log.write(("$ " + " ".join(redact(self.argv, secrets)) + "\n").encode())
         log.flush()
         self.started_at = time.monotonic()
+        # A temporary folder of its own inside the caller's (a CI job's TMPDIR): what vLLM and torch
+        # leave there (uuid folders, vllm_dist_*) goes when the server stops, a cancel included
+        self.tmpdir = tempfile.mkdtemp(prefix=f"vse-{self.cfg.arm}-server-")
         # Own process group: teardown signals the whole tree (engine core, TP workers).
         self.proc = subprocess.Popen(
             self.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.cfg.env(),
+            env={**self.cfg.env(), **tmp_env(self.tmpdir)},
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
         log.close()
         _LIVE.add(self)
-        _watchdog(self.proc.pid)
+        _watchdog(self.proc.pid, self.tmpdir)
         return self
 
     def log_text(self) -> str:
@@ -444,6 +465,8 @@ class VllmServer:
             except ProcessLookupError:
                 break
             time.sleep(0.1)
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
         _LIVE.discard(self)
 
     def __enter__(self) -> VllmServer:

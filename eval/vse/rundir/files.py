@@ -131,9 +131,9 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _cmd(argv: list[str], timeout: float = 20) -> str | None:
+def _cmd(argv: list[str], timeout: float = 20, env: dict[str, str] | None = None) -> str | None:
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
         return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -205,7 +205,8 @@ def capture_environment(vllm_pythons: dict[str, str | None], gpus: list[Any]) ->
         env["lm_eval"] = None
     env["arms"] = {}
     for arm, py in vllm_pythons.items():
-        text = _cmd([py, "-c", _VERSIONS_PY], timeout=120) if py else None
+        with tempfile.TemporaryDirectory(prefix="vse-versions-") as tmp:  # what importing torch leaves goes with it
+            text = _cmd([py, "-c", _VERSIONS_PY], timeout=120, env={**os.environ, "TMPDIR": tmp}) if py else None
         env["arms"][arm] = json.loads(text.splitlines()[-1]) if text else {}
     return env
 

@@ -63,7 +63,9 @@ def _python_says(python: str, code: str) -> tuple[bool, str]:
     """Whether `python -c code` ran, and its last line of output (stdout on success, the error's last
     line otherwise)."""
     try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        with tempfile.TemporaryDirectory(prefix="vse-probe-") as tmp:  # what importing vLLM leaves goes with it
+            env = {**os.environ, **tmp_env(tmp)}
+            r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     lines = (r.stdout if r.returncode == 0 else r.stderr).strip().splitlines()

@@ -369,3 +369,32 @@ def test_the_bisection_page_links_each_steps_run_and_plots_its_intervals(tmp_pat
     page = bisect_report.html(state)
     assert "<svg" in page and "href='runs/b7/20261206T000000Z-x/report.html'" in page
     assert "tmean_itl_token_ms +5.00% [+3.00%, +7.00%]" in page
+
+
+def test_a_step_its_time_budget_stops_stays_under_way_and_resumes(tmp_path):
+    """A lent GPU gives ten minutes a call: each step's comparison gets what is left of the call's
+    budget, and one that budget stops is not recorded as a skip but resumed by the next call."""
+    state, builds = bisect.new_state(
+        "scenarios/cpu-smoke.yaml", str(builds_file(tmp_path, 3)), [], tmp_path, None, None
+    )
+    calls = []
+
+    def stops_first(argv):  # the bad end's comparison: stopped by its budget, then finished on resume
+        calls.append(argv)
+        d = bisect.Path(state["folder"]) / "runs" / "b2" / "20261207T000000Z-cpu-smoke-none"
+        d.mkdir(parents=True, exist_ok=True)
+        done = argv[:2] == ["compare", "--resume"]
+        run = {"status": "complete", "exit_code": 0} if done else {"status": "complete", "stopped": "time budget"}
+        (d / "run.json").write_text(json.dumps(run))
+        return ExitCode.OK if done else ExitCode.INCONCLUSIVE
+
+    assert (
+        bisect.run_bisect(state, builds, log=lambda m: None, runner=stops_first, budget_s=500) == ExitCode.INCONCLUSIVE
+    )
+    assert state["steps"] == [] and state["pending"]["build"] == "b2" and "--budget" in calls[0]
+    state, builds = bisect.resume_state(bisect.Path(state["folder"]))
+    assert (
+        bisect.run_bisect(state, builds, log=lambda m: None, runner=stops_first, budget_s=500) == ExitCode.INCONCLUSIVE
+    )
+    assert calls[1][:2] == ["compare", "--resume"] and 0 < int(calls[1][calls[1].index("--budget") + 1]) <= 500
+    assert [s["verdict"] for s in state["steps"]] == ["good"] and state["answer"] == {"culprit": None, "ends": "good"}

@@ -27,6 +27,7 @@ GEMM ?=
 AA ?=
 RESUME ?=
 BUDGET ?=
+WAIT_LOCK ?=
 MAX_STARTS ?=
 SWEEP ?=
 WHATIF ?=
@@ -65,6 +66,7 @@ COMPARE_ARGS = --scenario $(SCENARIO) $(if $(BACKEND),--backend $(BACKEND)) --se
 	$(if $(BASE_RUN),--base-run $(BASE_RUN)) $(if $(CAND_RUN),--cand-run $(CAND_RUN)) \
 	$(if $(NOISE_RUN),--noise-run $(NOISE_RUN)) $(if $(call bool,AA),--aa) $(if $(MAX_STARTS),--max-starts $(MAX_STARTS)) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(SWEEP),--sweep $(SWEEP)) $(if $(RESUME),--resume $(RESUME)) \
+	$(if $(WAIT_LOCK),--wait-lock $(WAIT_LOCK)) \
 	$(if $(call bool,WHATIF),--set arms.candidate.whatif=true) \
 	$(if $(AUTOTUNE),--set arms.candidate.flashinfer_autotune=$(call tristate,AUTOTUNE))
 compare: $(SUITE_ENV)

@@ -26,6 +26,10 @@ class KernelMismatchError(ServerError):
     """vLLM selected a different FP8 kernel from the one the arm asked for."""
 
 
+class DevicesBusyError(PreflightError):
+    """Another comparison held this machine's devices for the whole wait: exit 5, which CI retries."""
+
+
 class UnsupportedError(PreflightError):
     """This machine cannot run the configuration at all (a backend's GPU generation, a GPU
     count): exit 4, which CI may treat as 'not applicable here' without hiding crashes."""

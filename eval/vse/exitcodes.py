@@ -12,6 +12,7 @@ class ExitCode(enum.IntEnum):
     RUN_FAILED = 2  # the run itself failed: bad scenario, a server that crashed or hung, Ctrl-C, damaged data
     INCONCLUSIVE = 3  # no gate failed, but at least one could not be decided with the data measured
     UNSUPPORTED = 4  # the preflight refused this configuration on this machine before any server started
+    BUSY = 5  # another comparison held the devices for the whole wait (--wait-lock): nothing ran; a retry may not
 
     @staticmethod
     def describe(code: int) -> str:
@@ -37,6 +38,13 @@ SOFT_IN_CI: dict[CiStep, frozenset[int]] = {
     CiStep.VERDICT: frozenset({ExitCode.INCONCLUSIVE}),
     CiStep.OTHER: frozenset(),
 }
+# Retried automatically: a comparison that found its devices busy for its whole --wait-lock (two
+# jobs on one host) ran nothing, so running it again later is safe; it is never a red build.
+RETRY_IN_CI: dict[CiStep, frozenset[int]] = {
+    CiStep.COMPARISON: frozenset({ExitCode.BUSY}),
+    CiStep.VERDICT: frozenset(),
+    CiStep.OTHER: frozenset(),
+}
 
 
 # One severity order for every place that folds several outcomes into one (a sweep's points, a
@@ -49,6 +57,7 @@ SEVERITY = {
     ExitCode.INCONCLUSIVE: 2,
     ExitCode.OK: 1,
     ExitCode.UNSUPPORTED: 0,
+    ExitCode.BUSY: 0,
 }
 
 

@@ -135,6 +135,27 @@ def test_engine_steps_rebuilt_from_the_streams_match_vllms_own_count(smoke):
         assert abs(rebuilt - server) <= max(2, 0.02 * server), (meta, rebuilt, server)
 
 
+def test_the_environment_and_prompts_are_sealed_at_capture(smoke, tmp_path):
+    """A fresh run seals what its reports state beyond the records: environment.json (its "Where"
+    line) and every prompt file; an edit to either is refused naming the file."""
+
+    run, _ = smoke
+    files = json.loads((run / "seal.json").read_text())["files"]
+    assert "environment.json" in files and "prompts/prompts-0.jsonl" in files
+    for rel in ("environment.json", "prompts/prompts-0.jsonl"):
+        copy = tmp_path / rel.replace("/", "-")
+        shutil.copytree(run, copy)
+        (copy / rel).write_text((copy / rel).read_text().replace("0", "1", 1))
+        r = subprocess.run(
+            [sys.executable, "-m", "vse.cli", "report", str(copy)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 2 and f"{rel}: changed since the run sealed it" in r.stderr, tail(r.stderr)
+
+
 def test_report_is_rebuilt_from_raw_data_alone(smoke, tmp_path):
     run, _ = smoke
     copy = tmp_path / run.name

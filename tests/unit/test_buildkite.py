@@ -172,7 +172,7 @@ def _kind(command: str):
 def test_every_step_treats_exit_codes_as_the_one_table_says(name, pipeline):
     """exitcodes.SOFT_IN_CI is the table (README "Exit codes"): a comparison's INCONCLUSIVE and
     UNSUPPORTED are soft everywhere (the nightly once failed red on 3), a crash never is."""
-    from vse.exitcodes import SOFT_IN_CI
+    from vse.exitcodes import RETRY_IN_CI, SOFT_IN_CI
 
     for step in pipeline["steps"]:
         if not isinstance(step, dict) or "command" not in step:
@@ -180,6 +180,10 @@ def test_every_step_treats_exit_codes_as_the_one_table_says(name, pipeline):
         soft = {x["exit_status"] for x in step.get("soft_fail", []) if isinstance(x, dict)}
         want = set(SOFT_IN_CI[_kind(step["command"])])
         assert soft == want, f"{name}: step {step.get('key')} soft-fails {sorted(soft)}, the table says {sorted(want)}"
+        # a comparison that found its devices busy (exit 5) ran nothing: retried, never a red build
+        retried = {x["exit_status"] for x in (step.get("retry") or {}).get("automatic", []) if isinstance(x, dict)}
+        missing = set(RETRY_IN_CI[_kind(step["command"])]) - retried
+        assert not missing, f"{name}: step {step.get('key')} does not retry exit {sorted(missing)}"
 
 
 @pytest.mark.parametrize("name", ["nightly.yml", "release.yml", "qualify release"])

@@ -41,6 +41,7 @@ def sealed(run):
     """The run as a current suite leaves it: every raw file it wrote, sealed."""
     layout = RunDir(run)
     files = [p for a in layout.arm_dirs() for k in a.metas() for p in (a.records(k), a.meta(k))]
+    files += [layout.environment, *sorted((layout.path / "prompts").glob("*"))]  # sealed at capture
     seal.add(run, files + [a.servers for a in layout.arm_dirs() if a.servers.is_file()])
     return run
 
@@ -368,3 +369,12 @@ def test_a_run_folder_without_its_scenario_is_named_in_one_line(run, capsys):
     r = vse(capsys, "report", run)
     assert r.returncode == 2 and "scenario.yaml: missing; the run directory is damaged" in r.stderr
     assert "internal error" not in r.stderr
+
+
+def test_the_environment_and_the_prompts_a_report_states_are_sealed(run):
+    """Editing environment.json (vLLM 0.32.0 -> 0.31.0) rebuilt as PASS with the summary saying
+    "vLLM 0.31.0", and so did an edited prompt file: both are sealed at capture now."""
+    sealed(run)
+    env = RunDir(run).environment
+    env.write_text(env.read_text().replace('"0.32.0"', '"0.31.0"'))
+    refused(run, "environment.json: changed since the run sealed it")

@@ -265,3 +265,30 @@ def test_the_headline_command_picks_the_seeds_comparison_where_a_gpu_is_visible(
     err = capsys.readouterr().err
     assert code == 4 and "is 9.0 < 10.0; WHATIF=1 runs it anyway" in err, err
     assert not list((tmp_path / "r").glob("*/run.json"))
+
+
+def test_a_comparison_waits_for_busy_devices_then_refuses_with_the_retry_code(tmp_path, capsys):
+    """Two jobs on one host: the second waits (--wait-lock) for the first's devices and runs once
+    they are free; past its wait it refuses with exit 5, which every pipeline retries."""
+    import subprocess
+    import sys
+    import time
+
+    from vse import cli
+    from vse.errors import DevicesBusyError
+    from vse.server import lock
+
+    hold = "from vse.server import lock; import time; l = lock.acquire('the first job'); print('held', flush=True); time.sleep(3)"
+    first = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "held"
+    with pytest.raises(DevicesBusyError, match="the first job.* for 0 s"):
+        lock.acquire("the second job", wait_s=0.2)
+    code = cli.main(
+        ["compare", "--scenario", "scenarios/cpu-smoke.yaml", "--wait-lock", "0.5", "--reports", str(tmp_path)]
+    )
+    assert code == 5 and "(--wait-lock SECONDS)" in capsys.readouterr().err
+    said, t0 = [], time.monotonic()
+    held = lock.acquire("the second job", wait_s=30, log=said.append)  # waits for the first to end
+    assert 1 < time.monotonic() - t0 < 30 and len(said) == 1 and "the first job" in said[0]
+    held.close()
+    first.wait(timeout=10)

@@ -10,6 +10,7 @@ preflight refused this configuration on this machine before any server started."
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -20,7 +21,7 @@ from vse import __version__
 from vse.backends import FP8_KERNEL_BACKENDS
 from vse.cli.compare import cmd_compare, report_run
 from vse.cli.ops import cmd_bisect, cmd_calibrate, cmd_check, cmd_history, cmd_qualify, cmd_setup, cmd_trend, console
-from vse.errors import SuiteError, UnsupportedError
+from vse.errors import DevicesBusyError, SuiteError, UnsupportedError
 from vse.exitcodes import ExitCode
 from vse.orchestration.scenario_check import load_scenario
 from vse.rundir import packed
@@ -169,6 +170,14 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
         "--max-starts", type=_positive, default=None, help="sequential: up to this many server starts per arm"
     )
     c.add_argument("--budget", type=float, default=0, help="seconds: start no server pair that would not fit")
+    c.add_argument(
+        "--wait-lock",
+        type=float,
+        default=float(os.environ.get("VSE_WAIT_LOCK") or 0),  # the pipelines set it for every comparison
+        metavar="SECONDS",
+        help="wait this long for devices another comparison holds, then refuse with exit 5 (CI retries it); "
+        "default $VSE_WAIT_LOCK or 0",
+    )
     c.add_argument(
         "--sweep", default="", help="more load points on the same server starts, e.g. max_concurrency=1,8,32"
     )
@@ -391,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except SuiteError as e:
         console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
+        if isinstance(e, DevicesBusyError):
+            return ExitCode.BUSY
         return ExitCode.UNSUPPORTED if isinstance(e, UnsupportedError) else ExitCode.RUN_FAILED
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted; servers stopped")

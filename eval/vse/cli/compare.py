@@ -113,7 +113,12 @@ def _before_anything_starts(s, args) -> int | None:
     if (warning := long_on_cpu(s)) is not None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     used = [g.uuid or str(g.index) for g in gpus[: s.server.tensor_parallel_size]]  # the GPUs vLLM takes first
-    args.device_lock = device_lock.acquire(f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}", used)
+    args.device_lock = device_lock.acquire(
+        f"vse compare {s.name}, started {time.strftime('%H:%M:%S')}",
+        used,
+        wait_s=getattr(args, "wait_lock", 0.0) or 0.0,
+        log=lambda m: console.print(m, highlight=False),
+    )
     return None
 
 

@@ -87,8 +87,9 @@ class Orchestrator:
         self.model = self.resolve_model()
         self.status.data["model"] = self.model.description
         pythons = {n: self.arm_python(n) for n in ARMS}
-        if not self.layout.environment.is_file():
+        if not self.layout.environment.is_file():  # sealed: the summary's "Where" line states it
             write_json(self.layout.environment, capture_environment(pythons, gpus))
+            seal.add(self.run_dir, [self.layout.environment])
         w = self.s.workload
         self.log(
             f"model: {self.model.description}; {self.s.run.server_starts} server start(s) per arm x "
@@ -132,6 +133,7 @@ class Orchestrator:
                 spec = w.dataset.model_copy(update={"seed": w.dataset.seed + k})
                 self.prompts[k] = build_prompts(spec, w.num_prompts + w.warmup_requests, self.model.tokenizer)
                 self.prompt_shas[k] = save_prompts(path, self.prompts[k])
+                seal.add(self.run_dir, [path])  # what every request of run k was sent
         return self.prompts[k]
 
     def start_server(self, arm: str) -> VllmServer:

@@ -41,6 +41,7 @@ OUTCOME: dict[int, str] = {
     ExitCode.RUN_FAILED: "RUN FAILED",
     ExitCode.INCONCLUSIVE: "INCONCLUSIVE",
     ExitCode.UNSUPPORTED: "UNSUPPORTED (refused here: not qualified)",
+    ExitCode.BUSY: "BUSY (another comparison held the devices: not qualified)",
 }
 NOT_RUN = "NOT RUN (no result: not qualified)"
 OPTIONAL = " (optional: listed, not counted)"
@@ -116,7 +117,7 @@ def counted(code: int | None, optional: bool) -> int:
     """What one entry's outcome (None: it left no result) makes of the suite's: an entry that was
     refused, skipped or lost qualified nothing, so a required one is INCONCLUSIVE and an optional
     one does not count."""
-    if code is None or code == ExitCode.UNSUPPORTED:
+    if code is None or code in (ExitCode.UNSUPPORTED, ExitCode.BUSY):
         return ExitCode.OK if optional else ExitCode.INCONCLUSIVE
     return code
 
@@ -350,6 +351,7 @@ def in_image(*, gpus: bool, env: tuple[str, ...] = ()) -> list[dict]:
                     "BUILDKITE_BUILD_URL",
                     "BUILDKITE_JOB_ID",
                     "VSE_LOCK_DIR",  # the device lock, in the host's cache volume: shared by every job's container
+                    "VSE_WAIT_LOCK",  # how long a comparison waits for devices another job holds
                     *env,
                 ],
                 "volumes": ["./reports:/suite/reports", "/var/cache/vllm-serving-eval:/var/cache/vllm-serving-eval"],
@@ -389,7 +391,8 @@ def pipeline(suite: Suite, queue: str = "gpu-h200", reports: str = f"{REPORTS}/q
             "agents": {"queue": "${VSE_BLACKWELL_QUEUE:-gpu-b200}" if e.backend == Backend.FLASHINFER else queue},
             **({"if": 'build.env("VSE_BLACKWELL_QUEUE") != null'} if e.backend == Backend.FLASHINFER else {}),
             "soft_fail": [{"exit_status": 3}, {"exit_status": 4}],
-            "retry": {"automatic": [{"exit_status": -1, "limit": 2}]},
+            # -1: the agent was lost; 5: the devices stayed busy (exitcodes.RETRY_IN_CI)
+            "retry": {"automatic": [{"exit_status": -1, "limit": 2}, {"exit_status": 5, "limit": 2}]},
             "timeout_in_minutes": 180,
         }
         for i, e in enumerate(suite.runs)

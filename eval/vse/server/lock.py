@@ -15,11 +15,12 @@ import contextlib
 import fcntl
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from vse.errors import PreflightError
+from vse.errors import DevicesBusyError
 
 SHARED_DIR = "/tmp"  # not tempfile.gettempdir(): a job's own TMPDIR would give it a lock of its own
 
@@ -55,20 +56,30 @@ def _open(path: Path) -> IO[str]:
     return os.fdopen(fd, "r+")
 
 
-def _take(lock: DeviceLock, name: str, exclusive: bool, what: str) -> None:
+def _take(lock: DeviceLock, name: str, exclusive: bool, what: str, wait_s: float = 0.0, log=None) -> None:
     path = _path(name)
     f = _open(path)
-    try:
-        fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        lock.close()
-        raise PreflightError(
-            f"another comparison is running on this machine's devices ({holder}; lock {path}): two at once "
-            "would skew each other's numbers. Wait for it to end, or stop it"
-        ) from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(f, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            if time.monotonic() < deadline:
+                if log is not None:
+                    log(f"waiting up to {wait_s:.0f} s for the devices ({holder} holds {path})")
+                    log = None  # said once
+                time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.01)))
+                continue
+            f.close()
+            lock.close()
+            waited = f" for {wait_s:.0f} s" if wait_s else ""
+            raise DevicesBusyError(
+                f"another comparison is running on this machine's devices ({holder}; lock {path}){waited}: two "
+                "at once would skew each other's numbers. Wait for it to end (--wait-lock SECONDS), or stop it"
+            ) from None
     f.seek(0)  # a shared lock names its latest holder
     f.truncate()
     f.write(f"pid {os.getpid()}: {what}")
@@ -76,12 +87,17 @@ def _take(lock: DeviceLock, name: str, exclusive: bool, what: str) -> None:
     lock.files.append(f)
 
 
-def acquire(what: str, gpu_uuids: list[str] | None = None) -> DeviceLock:
-    """Hold the devices' locks for as long as the returned object lives; refuses at once, naming the
-    comparison that holds one, when another has it. gpu_uuids: the GPUs the servers will use (None
-    or empty: a CPU comparison, which takes the whole machine)."""
+POLL_S = 1.0  # how often a waiting comparison tries the lock again
+
+
+def acquire(what: str, gpu_uuids: list[str] | None = None, wait_s: float = 0.0, log=None) -> DeviceLock:
+    """Hold the devices' locks for as long as the returned object lives. Where another comparison
+    has one: wait up to wait_s for it (said once through log), then refuse naming it
+    (DevicesBusyError). gpu_uuids: the GPUs the servers will use (None or empty: a CPU comparison,
+    which takes the whole machine)."""
     lock = DeviceLock()
-    _take(lock, "machine", exclusive=not gpu_uuids, what=what)
+    deadline = time.monotonic() + wait_s
+    _take(lock, "machine", exclusive=not gpu_uuids, what=what, wait_s=wait_s, log=log)
     for uuid in sorted(gpu_uuids or []):
-        _take(lock, f"gpu-{uuid}", exclusive=True, what=what)
+        _take(lock, f"gpu-{uuid}", exclusive=True, what=what, wait_s=max(deadline - time.monotonic(), 0), log=log)
     return lock

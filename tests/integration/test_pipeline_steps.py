@@ -255,6 +255,43 @@ def test_a_cancelled_step_is_annotated_stops_its_command_and_leaves_nothing(agen
     assert list(tmp.iterdir()) == []  # no temporary log left behind
 
 
+def test_a_cancel_annotation_keeps_the_commands_closing_line_and_its_run_folder(agent, tmp_path):
+    """The suite stops its servers on SIGTERM and prints its closing line then: the annotation waits
+    for it (inside the agent's grace), and names the run folder the command made."""
+    import signal
+    import time
+
+    reports = agent.work / "reports-cancel"
+    reports.mkdir()
+    ready = tmp_path / "ready"
+    closing = "sleep 1; echo error: interrupted, servers stopped; exit 2"
+    command = (
+        f"bin/ci-step cancel-me --run-in {reports} -- bash -c "
+        f'\'trap "{closing}" TERM; mkdir {reports}/20261207T000000Z-run; echo measuring; touch {ready}; '
+        "sleep 300 & wait'"
+    )
+    p = subprocess.Popen(
+        ["bash", "-e", "-c", command],
+        cwd=agent.work,
+        env=agent.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    for _ in range(100):
+        if ready.is_file():
+            break
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 128 + 15 and time.monotonic() - t0 < 10, out
+    (note,) = [n.read_text() for n in tmp_path.glob("agent.log.annotation.*")]
+    assert "error: interrupted, servers stopped" in note and "measuring" in note, note
+    assert f"Run folder: `{reports}/20261207T000000Z-run`" in note
+
+
 def test_a_failing_command_that_is_not_vse_is_the_step_failing_not_a_gate(agent):
     """Exit 1 means "a gate failed" only from vse: a failed `docker build` is the step failing."""
     code, _, notes = agent("bin/ci-step image --report /dev/null -- bash -c 'echo no space left on device; exit 1'")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, needs_server
 
 from vse.errors import tail
 from vse.rundir.packed import unpack
@@ -528,3 +528,47 @@ def test_the_nightlys_opt_in_bisection_plans_the_trends_regression_or_says_there
     code, out, _ = agent(as_agent_runs_it(step["command"]), VSE_BISECT_WHEELS="file:///w/{id}.whl", **env)
     assert code == 0 and "holds no open regression: nothing to bisect" in out, tail(out)
     assert not any(c.startswith("pipeline upload") for c in (tmp_path / "agent.log").read_text().splitlines())
+
+
+@needs_server
+def test_a_wedged_vse_killed_under_ci_step_leaves_no_vllm_process(agent, tmp_path):
+    """vse frozen mid-run (SIGSTOP) acts on no signal: the cancel's SIGTERM does nothing, ci-step's
+    SIGKILL after its grace reaches vse's group and not the servers' (each has its own). Each
+    server's watchdog sees the suite gone and kills its group: no vLLM process is left."""
+    import signal
+    import time
+
+    from conftest import CACHE, vllm_ports_alive
+
+    reports = agent.work / "reports"
+    small = "--set workload.num_prompts=8 --set workload.dataset.output_len=32 --set run.server_starts=1"
+    command = f"bin/ci-step wedge --run-in reports -- bin/vse compare --scenario scenarios/cpu-smoke.yaml --reports reports {small}"
+    p = subprocess.Popen(
+        ["bash", "-e", "-c", command],
+        cwd=agent.work,
+        env={**agent.env, "VSE_CACHE": str(CACHE)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not [
+        lg for lg in reports.glob("*/*/server-*.log") if lg.stat().st_size > 2000
+    ]:
+        time.sleep(0.5)
+    (run,) = [d for d in reports.iterdir() if d.is_dir()]
+    vse = [
+        int(pid)
+        for pid in filter(str.isdigit, os.listdir("/proc"))
+        if b"vse.cli\0compare" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    assert len(vse) == 1 and vllm_ports_alive(run)
+    os.kill(vse[0], signal.SIGSTOP)  # wedged
+    os.killpg(p.pid, signal.SIGTERM)  # the cancel
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 128 + 15, out
+    deadline = time.monotonic() + 30
+    while vllm_ports_alive(run) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert vllm_ports_alive(run) == []

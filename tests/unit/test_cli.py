@@ -19,8 +19,11 @@ def test_a_bug_is_exit_2_with_one_line_and_the_traceback_kept(tmp_path, monkeypa
     def boom(self):
         raise RuntimeError("synthetic failure")
 
+    from vse.server import preflight
+
     monkeypatch.setattr(compare.Orchestrator, "execute", boom)
     monkeypatch.setattr(provision, "ensure_for", lambda *a, **k: None)
+    monkeypatch.setattr(preflight, "check_releases", lambda s: {})  # the CPU's vLLM is setup's (stubbed out)
     code = cli.main(["compare", "--scenario", "scenarios/cpu-smoke.yaml", "--reports", str(tmp_path)])
     assert code == 2  # never 1, which means "a gate failed"
     (run,) = [p.parent for p in tmp_path.glob("*/run.json")]

@@ -108,9 +108,9 @@ def test_qualify_two_releases_split_over_two_calls(tmp_path):
     first = run(30)  # the baseline's start and run take longer than that: the candidate's does not fit
     index = json.loads((out / "index.json").read_text())
     assert first.returncode == 3 and index["runs"][0]["outcome"].startswith("STOPPED (time budget"), first.stdout
-    assert "the same command again resumes it" in first.stdout
+    assert "the same command again resumes it" in first.stderr  # the progress lines: stderr
     r = run(900)
-    assert "resuming " in r.stdout, r.stdout
+    assert "resuming " in r.stderr, r.stderr
     index = json.loads((out / "index.json").read_text())
     codes = [x["exit_code"] for x in index["runs"]]
     assert codes[1] == 4 and "no NVIDIA GPU is visible here" in index["runs"][1]["message"]

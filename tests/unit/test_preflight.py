@@ -292,3 +292,19 @@ def test_a_comparison_waits_for_busy_devices_then_refuses_with_the_retry_code(tm
     assert 1 < time.monotonic() - t0 < 30 and len(said) == 1 and "the first job" in said[0]
     held.close()
     first.wait(timeout=10)
+
+
+def test_a_servers_own_tmpdir_keeps_vllms_socket_paths_short_enough(tmp_path, monkeypatch):
+    """vLLM binds ZMQ sockets at TMPDIR/<uuid4>: under a deep job TMPDIR the server's own folder
+    made the path longer than a Unix socket holds (107 bytes), and the server died at its start."""
+    import tempfile
+
+    from vse.server import process
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    for base, inside in ((tmp_path, True), (deep, False)):
+        monkeypatch.setattr(tempfile, "tempdir", str(base))
+        d = process.server_tmpdir()
+        assert len(d) + 37 <= 107 and (d.startswith(str(base)) == inside), d
+        os.rmdir(d)

@@ -225,6 +225,18 @@ while True:
 """
 
 
+# vLLM binds ZMQ sockets at TMPDIR/<uuid4> (36 characters); a Unix socket's path holds 107 bytes
+IPC_PATH_MAX = 107 - 37
+
+
+def server_tmpdir() -> str:
+    """A server's own temporary folder, in the caller's TMPDIR where vLLM's socket paths still fit
+    there, else in /tmp (still the server's own, still removed when it stops)."""
+    base = tempfile.gettempdir()
+    short = "vse-XXXXXXXX"  # mkdtemp's name: the prefix and 8 random characters
+    return tempfile.mkdtemp(prefix="vse-", dir=base if len(os.path.join(base, short)) <= IPC_PATH_MAX else "/tmp")
+
+
 def tmp_env(tmpdir: str) -> dict[str, str]:
     """A server's temporary files in its own folder; torch's compile cache, which later starts reuse,
     in the suite's cache instead of there (unless the caller names one)."""
@@ -353,7 +365,7 @@ class VllmServer:
         self.started_at = time.monotonic()
         # A temporary folder of its own inside the caller's (a CI job's TMPDIR): what vLLM and torch
         # leave there (uuid folders, vllm_dist_*) goes when the server stops, a cancel included
-        self.tmpdir = tempfile.mkdtemp(prefix=f"vse-{self.cfg.arm}-server-")
+        self.tmpdir = server_tmpdir()
         # Own process group: teardown signals the whole tree (engine core, TP workers).
         self.proc = subprocess.Popen(
             self.argv,

@@ -301,10 +301,12 @@ def test_a_servers_own_tmpdir_keeps_vllms_socket_paths_short_enough(tmp_path, mo
 
     from vse.server import process
 
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))  # a job's TMPDIR of ordinary depth
     deep = tmp_path / ("d" * 60)
     deep.mkdir()
-    for base, inside in ((tmp_path, True), (deep, False)):
+    for base, inside in ((short, True), (deep, False)):
         monkeypatch.setattr(tempfile, "tempdir", str(base))
         d = process.server_tmpdir()
         assert len(d) + 37 <= 107 and (d.startswith(str(base)) == inside), d
         os.rmdir(d)
+    short.rmdir()

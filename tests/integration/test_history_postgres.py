@@ -70,7 +70,7 @@ def test_several_writers_ingest_into_one_postgres_history_and_the_trend_reads_it
     ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), [tail(o[1], 1500) for o in outs]
-    said = "".join(o[1] for o in outs)
+    said = "".join(o[0] for o in outs)  # the walk's lines are on stdout
     assert said.count("8 run-level rows added") == 2 and said.count("already in the history") == 2
     engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as c:

@@ -40,7 +40,7 @@ def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path)
         r = subprocess.run(
             [*vse, "check", "--scenario", name], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
         )
-        assert r.returncode == 0 and "ok (cpu-smoke: fp32 vs bf16)" in r.stderr, (name, tail(r.stderr))
+        assert r.returncode == 0 and "ok (cpu-smoke: fp32 vs bf16)" in r.stdout, (name, tail(r.stderr))
     r = subprocess.run([*vse, "--version"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("vse 0.")
     # a path where the caller stands wins over the shipped scenario of that name
@@ -54,4 +54,4 @@ def test_an_installed_vse_checks_a_shipped_scenario_from_any_directory(tmp_path)
         text=True,
         timeout=120,
     )
-    assert "ok (mine:" in r.stderr, tail(r.stderr)
+    assert "ok (mine:" in r.stdout, tail(r.stderr)

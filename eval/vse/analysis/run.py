@@ -14,6 +14,7 @@ from vse.analysis import pace
 from vse.analysis.felt import FeltView, felt_view
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
+from vse.analysis.replay import ReplayView, replay_view
 from vse.analysis.verdict import (
     _accuracy_gates,
     exit_code_for,
@@ -63,6 +64,7 @@ class Analysis:
     gemm_prediction_note: str = ""  # why there is no prediction
     sweep: list[tuple[str, Analysis]] = field(default_factory=list)  # (point label, its analysis)
     felt: FeltView | None = None  # two releases: what a user of the candidate would feel (felt.py)
+    replay: ReplayView | None = None  # a replayed trace: send lag and prefix-cache reuse per run (replay.py)
 
     @property
     def complete(self) -> bool:
@@ -80,13 +82,15 @@ def analyze(
     seal.verify(run_dir)  # raw data changed since the run wrote it is refused before anything is read
     arms = {n: a for n in ARMS if (a := load_arm(run_dir, n, s)) is not None}
     g = s.gates
-    excluded, disturbed = find_disturbed(arms, s.workload.percentiles)
+    replay = replay_view(run_dir, s, arms)
+    excluded, disturbed = find_disturbed(arms, s.workload.percentiles, replay.late() if replay else None)
     look = look_of(s, arms)
     gate_alpha = decide.spent_alpha(
         g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
     )
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
     notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
+    notes += replay.notes() if replay else []
     off_pace = pace.off_pace(arms)  # read once: the note and the decode gates say the same
     notes += _coalescing_notes(arms) + ([f"decode gates not decided: {off_pace}"] if off_pace else [])
     notes += width_notes(comparison, g.significance, {p.metric for p in g.performance})
@@ -145,6 +149,7 @@ def analyze(
         gate_alpha=gate_alpha,
         sweep=points,
         felt=felt_view(arms, env, comparison, g.significance),
+        replay=replay,
     )
     if gemm_path is not None:
         out.gemm = read_json(gemm_path)

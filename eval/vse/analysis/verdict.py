@@ -97,11 +97,17 @@ def disturbed_rule() -> str:
     return f"robust z > {DISTURBED_Z:g}, and more than {far}; or a client event-loop stall of {CLIENT_STALL_MS:g} ms or more"
 
 
-def find_disturbed(arms: dict[str, ArmAnalysis], percentiles: list[float]) -> tuple[dict[str, set[int]], list[dict]]:
-    """Runs far from their siblings on a steady metric. Such a run is left out of its start's
-    mean when that start has another run (the start still counts), else carried as measured;
-    either way it is listed with the server's own view of it."""
+def find_disturbed(
+    arms: dict[str, ArmAnalysis], percentiles: list[float], late: dict[str, dict[int, str]] | None = None
+) -> tuple[dict[str, set[int]], list[dict]]:
+    """Runs far from their siblings on a steady metric, or whose client stalled or (`late`: a
+    replayed trace's runs, by position) sent behind its schedule. Such a run is left out of its
+    start's mean when that start has another run (the start still counts), else carried as
+    measured; either way it is listed with the server's own view of it."""
     flags = _far_runs(arms, percentiles)
+    for name, runs in (late or {}).items():
+        for i, why in runs.items():
+            flags[name].setdefault(i, []).append(why)
     for name, arm in arms.items():  # the client itself stalled: its timestamps are late, not the server
         for i, lag in enumerate(arm.loop_lag_ms):
             if (worst := lag.get("max", 0.0)) >= CLIENT_STALL_MS:

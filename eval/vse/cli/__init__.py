@@ -81,7 +81,7 @@ def cmd_bench(args) -> int:
     if arm.bench_result.exists() or arm.record_files():
         raise SuiteError(f"bench: --out {out} already holds results; give another directory (nothing is overwritten)")
     w = s.workload
-    prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok)
+    prompts = build_prompts(w.dataset, w.num_prompts + w.warmup_requests, tok, warmup=w.warmup_requests)
     sha = save_prompts(arm.bench_prompts, prompts)
     res = run_repeat(
         Target(args.url, args.model or s.model.served_name),

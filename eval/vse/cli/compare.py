@@ -21,6 +21,7 @@ from vse.orchestration.scenario_check import load_scenario
 from vse.rundir import state as run_state
 from vse.rundir.files import planned_requests, read_json, write_json
 from vse.rundir.layout import RunDir
+from vse.scenario import DatasetKind, trace
 from vse.server import lock as device_lock
 from vse.server import preflight, process
 
@@ -91,12 +92,16 @@ def long_on_cpu(s) -> str | None:
     w, r = s.workload, s.run
     if s.server.device.value != "cpu" or r.budget_s:
         return None
-    tokens = planned_requests(s, r.server_starts) * w.dataset.output_len
+    out_len = w.dataset.output_len
+    if w.dataset.kind == DatasetKind.TRACE:  # a trace's requests have lengths of their own
+        reqs = trace.window(w.dataset).requests[: w.num_prompts]
+        out_len = round(sum(q.output_len for q in reqs) / len(reqs))
+    tokens = planned_requests(s, r.server_starts) * out_len
     if tokens < CPU_TOKENS_WARN:
         return None
     return (
         f"this CPU comparison asks for about {tokens:,} output tokens (2 arms x {r.server_starts} starts x "
-        f"{w.repeats} runs x {w.num_prompts + w.warmup_requests} requests x {w.dataset.output_len}): about "
+        f"{w.repeats} runs x {w.num_prompts + w.warmup_requests} requests x {out_len}): about "
         f"{tokens / CPU_TOKENS_PER_S / 3600:.1f} h at {CPU_TOKENS_PER_S} tok/s; shrink workload.num_prompts or "
         "dataset.output_len, or give BUDGET=<seconds>"
     )

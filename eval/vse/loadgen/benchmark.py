@@ -137,11 +137,17 @@ def run_repeat(
         # wall clock at the run's end (the ns above are monotonic): vLLM's result file is dated by it
         "ended_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "server_metrics_delta": server_delta,
+        # a replayed trace's prefix-cache reuse is estimated in the server's blocks (analysis/replay.py)
+        **({"cache_block_size": prometheus.cache_block_size(target.url)} if _replayed(prompts.measured) else {}),
         "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),
     }
     _save(arm, repeat, warm, result.records, meta, keep_text=w.keep_texts)
     return RepeatResult(warm + result.records, meta)
+
+
+def _replayed(prompts: Sequence[Prompt]) -> bool:
+    return bool(prompts) and prompts[0].hash_ids is not None
 
 
 def _warm_up(

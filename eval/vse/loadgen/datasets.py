@@ -1,5 +1,6 @@
 """Prompt sets: `random` with vLLM's semantics (exact input length after re-tokenization,
-range ratio, shared prefix, seed), ShareGPT-format JSON, and a JSONL of prompts.
+range ratio, shared prefix, seed), ShareGPT-format JSON, a JSONL of prompts, and a replayed
+trace (its prompts built from the trace's block hashes, each due at its timestamp).
 
 The same spec and seed give byte-identical prompts, so both arms see the same requests; the
 prompts used are saved with the run (prompts.jsonl)."""
@@ -25,6 +26,11 @@ class Prompt:
     text: str
     prompt_len: int  # tokens, by the model's tokenizer, without special tokens (vLLM's count)
     output_len: int  # max_tokens asked for
+    # A replayed trace's request (None for the other kinds, and then not written to prompts.jsonl):
+    arrival_s: float | None = None  # due this long after the run's start
+    hash_ids: list[int] | None = None  # the trace's block hashes its text was built from
+    block_len: int | None = None  # tokens per block: block j is tokens [j * block_len, (j + 1) * block_len)
+    line: int | None = None  # its line in the trace file
 
 
 @lru_cache(maxsize=8)
@@ -125,6 +131,63 @@ def jsonl_prompts(spec: DatasetSpec, n: int, tok: Tokenizer) -> list[Prompt]:
     return prompts
 
 
+@lru_cache(maxsize=4)
+def _words(tok: Tokenizer) -> np.ndarray:
+    """Ids of tokens that are a space and ASCII letters and encode back to themselves: a pre-tokenizer
+    splits at each such space, so blocks made of them keep their tokens when joined, and a prompt's
+    tokens are its blocks' tokens end to end."""
+    special = _special_ids(tok)
+    cand = [i for i in range(tok.get_vocab_size()) if i not in special]
+    texts = tok.decode_batch([[i] for i in cand])
+    keep = [(i, t) for i, t in zip(cand, texts) if len(t) > 2 and t[0] == " " and t[1:].isascii() and t[1:].isalpha()]
+    enc = tok.encode_batch([t for _, t in keep], add_special_tokens=False)
+    ids = [i for (i, _), e in zip(keep, enc) if e.ids == [i]]
+    if len(ids) < 100:
+        raise SuiteError("tokenizer: fewer than 100 word tokens (a space and letters) to build trace blocks from")
+    return np.asarray(ids)
+
+
+# Warm-up requests are the window's first requests' lengths with blocks of their own: ids above
+# any trace's, so that they warm the server without filling its prefix cache with the window's blocks.
+WARMUP_BLOCKS = 1 << 48
+
+
+def trace_prompts(spec: DatasetSpec, n: int, tok: Tokenizer, warmup: int = 0) -> list[Prompt]:
+    """The window's first n - warmup requests, then warmup requests of their own blocks. A block's
+    tokens are drawn from (seed, hash id) alone: equal hashes give equal blocks in every request
+    (the prefix reuse the trace implies), different hashes different ones, and a run with another
+    seed (every run k has its own) shares no block with this one."""
+    from vse.scenario import trace
+
+    win = trace.window(spec)
+    words, block = _words(tok), win.block_len
+    texts = dict(zip(words.tolist(), tok.decode_batch([[i] for i in words.tolist()])))
+    cache: dict[int, list[str]] = {}
+
+    def block_text(h: int, length: int) -> str:
+        if h not in cache:
+            cache[h] = [texts[i] for i in np.random.default_rng([spec.seed, h]).choice(words, size=block).tolist()]
+        return "".join(cache[h][:length])
+
+    measured = win.requests[: n - warmup]
+    plan = [(r, list(r.hash_ids), r.arrival_s) for r in measured]
+    plan += [
+        (r, [WARMUP_BLOCKS + i * 4096 + j for j in range(len(r.hash_ids))], None)
+        for i, r in enumerate(win.requests[:warmup])
+    ]
+    prompts: list[Prompt] = []
+    for i, (r, ids, arrival) in enumerate(plan):
+        parts = [block_text(h, min(block, r.input_len - j * block)) for j, h in enumerate(ids)]
+        prompts.append(Prompt(i, "".join(parts), r.input_len, r.output_len, arrival, ids, block, r.line))
+    got = [len(e.ids) for e in tok.encode_batch([p.text for p in prompts], add_special_tokens=False)]
+    if bad := next((p for p, g in zip(prompts, got) if g != p.prompt_len), None):
+        raise SuiteError(
+            f"tokenizer: a trace prompt of {bad.prompt_len} tokens (line {bad.line}) encodes to "
+            f"{got[bad.index]}: its blocks' tokens merge where they join, so equal hashes would not be equal tokens"
+        )
+    return prompts
+
+
 _BUILDERS = {
     DatasetKind.RANDOM: random_prompts,
     DatasetKind.SHAREGPT: sharegpt_prompts,
@@ -132,8 +195,11 @@ _BUILDERS = {
 }
 
 
-def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str) -> list[Prompt]:
+def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str, *, warmup: int = 0) -> list[Prompt]:
+    """n prompts: the measured ones, then `warmup` more (a trace's warm-up has blocks of its own)."""
     tok = load_tokenizer(tokenizer_path)
+    if spec.kind == DatasetKind.TRACE:  # the window is the prompt set: never cycled
+        return trace_prompts(spec, n, tok, warmup)
     prompts = _BUILDERS[spec.kind](spec, n, tok)
     if not prompts:
         raise SuiteError(f"workload.dataset: {spec.kind.value} dataset gave no prompts")
@@ -144,11 +210,19 @@ def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str) -> list[Prompt
     return prompts
 
 
+TRACE_FIELDS = ("arrival_s", "hash_ids", "block_len", "line")
+
+
+def _row(p: Prompt) -> dict:
+    """A prompt's line: a trace's fields only where it has them (other kinds' files stay as they were)."""
+    return {k: v for k, v in asdict(p).items() if not (k in TRACE_FIELDS and v is None)}
+
+
 def save_prompts(path: Path, prompts: list[Prompt]) -> str:
     """Write prompts.jsonl; return its sha256, recorded so arms can be shown to match."""
     from vse.rundir.files import atomic_write_text
 
-    text = "".join(json.dumps(asdict(p), ensure_ascii=False) + "\n" for p in prompts)
+    text = "".join(json.dumps(_row(p), ensure_ascii=False) + "\n" for p in prompts)
     atomic_write_text(path, text)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -50,6 +50,13 @@ def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> np.nda
     return np.cumsum(gaps)
 
 
+def schedule(prompts: list[Prompt], shape: LoadShape) -> np.ndarray:
+    """When each measured request comes due: a replayed trace's own arrival times, else the rate's."""
+    if prompts and all(p.arrival_s is not None for p in prompts):
+        return np.asarray([p.arrival_s for p in prompts], dtype=float)
+    return arrival_offsets(len(prompts), shape.request_rate, shape.burstiness, shape.seed)
+
+
 class _LagMonitor:
     """How late the event loop wakes up: if it is busy, timestamps are late too."""
 
@@ -97,7 +104,7 @@ async def _run_phase(
     t0_ns: int | None = None,
 ) -> list[RequestRecord]:
     sem = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else None
-    offsets = arrival_offsets(len(prompts), shape.request_rate, shape.burstiness, shape.seed)
+    offsets = schedule(prompts, shape) if phase == "measure" else np.zeros(len(prompts))
     start_ns = t0_ns or time.monotonic_ns()
     deadline_ns = start_ns + int(shape.duration_s * 1e9) if shape.duration_s and phase == "measure" else None
     records: list[RequestRecord] = []

@@ -131,7 +131,9 @@ class Orchestrator:
                 self.prompt_shas[k] = file_sha256(path)
             else:
                 spec = w.dataset.model_copy(update={"seed": w.dataset.seed + k})
-                self.prompts[k] = build_prompts(spec, w.num_prompts + w.warmup_requests, self.model.tokenizer)
+                self.prompts[k] = build_prompts(
+                    spec, w.num_prompts + w.warmup_requests, self.model.tokenizer, warmup=w.warmup_requests
+                )
                 self.prompt_shas[k] = save_prompts(path, self.prompts[k])
                 seal.add(self.run_dir, [path])  # what every request of run k was sent
         return self.prompts[k]

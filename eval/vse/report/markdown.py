@@ -4,8 +4,10 @@ the two vLLM result blocks labelled old/new, lm-eval's table per arm, then the c
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from vse.analysis import Analysis, ArmAnalysis, felt, fmt_pct, starts_made
+from vse.analysis.replay import ReplayView
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
 from vse.report import gpu_view, kernel_view, sweep
@@ -178,8 +180,10 @@ def workload_text(a: Analysis) -> str:
     how many it planned first."""
     s, w = a.scenario, a.scenario.workload
     made = starts_made(a.arms)
+    d = w.dataset
+    what = f"{d.kind.value} ISL={d.input_len} OSL={d.output_len}" if a.replay is None else replayed(a.replay)
     return (
-        f"{w.dataset.kind.value} ISL={w.dataset.input_len} OSL={w.dataset.output_len}, {w.num_prompts} prompts, "
+        f"{what}, {w.num_prompts} prompts, "
         f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
         + (
             f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
@@ -210,6 +214,48 @@ def design_text(a: Analysis) -> str:
     )
 
 
+def replayed(v: ReplayView) -> str:
+    """The trace, its window and pace, in a few words."""
+    to = f"{v.start_s + v.duration_s:g} s" if v.duration_s is not None else "its end"
+    lengths = f", lengths x{v.length_scale:g} ({v.block_len}-token blocks)" if v.length_scale != 1 else ""
+    return f"trace {Path(v.path).name} from {v.start_s:g} s to {to} at time scale {v.time_scale:g}{lengths}"
+
+
+def _replay(a: Analysis) -> list[str]:
+    """A replayed trace: was it sent on time, and did the server reuse the prefixes it implies?"""
+    v = a.replay
+    if v is None:
+        return []
+    lag = (
+        f"a run whose p99 send lag passes {v.max_send_lag_ms:g} ms is disturbed"
+        if v.open_loop
+        else "with a concurrency cap the lag is the client's queue, not a fault"
+    )
+    L = [
+        "## Replay fidelity",
+        "",
+        f"Send lag: each request's send time less its scheduled time ({lag}). Prefix-cache hit rate: vLLM's "
+        "own counters over the measured requests, beside the rate the trace's block hashes imply for them "
+        "(an unbounded cache, a block reusable once an earlier request carried it, counted in the "
+        "server's KV-cache blocks).",
+        "",
+        "| Arm | Start | Run | Requests | Send lag p50 / p99 / max (ms) | vLLM hit rate | Implied | Difference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in v.rows:
+        lagt = " / ".join(f"{r.lag_ms.get(k, float('nan')):,.1f}" for k in ("p50", "p99", "max"))
+        hit = f"{r.hit_rate:.1%}" if r.hit_rate is not None else "not reported"
+        diff = f"{100 * (r.hit_rate - r.implied_rate):+.1f} pt" if r.hit_rate is not None else "-"
+        flag = " (disturbed)" if r.disturbed else ""
+        L.append(
+            f"| {r.arm} | {r.start} | {r.run} | {r.requests} | {lagt}{flag} | {hit} | {r.implied_rate:.1%} | {diff} |"
+        )
+    blocks = sorted({(r.cache_block, r.block_said) for r in v.rows})
+    said = ", ".join(f"{b} tokens" + ("" if ok else " (assumed: the server did not say)") for b, ok in blocks)
+    L += ["", f"Server KV-cache block: {said}.", ""]
+    return L
+
+
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
     whatif = any(sv.get("whatif") for sv in arm.servers)
     return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")
@@ -222,6 +268,7 @@ def render(a: Analysis) -> str:
         _accuracy,
         _comparison,
         _felt,
+        _replay,
         _disturbed,
         _left_out,
         _noise_floor,

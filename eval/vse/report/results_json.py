@@ -81,6 +81,8 @@ def render(a: Analysis) -> dict[str, Any]:
                 "gate_alpha": a.gate_alpha,
             },
             "disturbed_runs": a.disturbed,
+            # a replayed trace's send lag and prefix-cache reuse per run (only such runs have the key)
+            **({"replay": dataclasses.asdict(a.replay)} if a.replay is not None else {}),
             "left_out": a.left_out,
             "sweep": sweep.json_rows(a),
             "gemm_prediction": (

@@ -116,6 +116,56 @@ class DatasetKind(str, enum.Enum):
     RANDOM = "random"
     SHAREGPT = "sharegpt"
     JSONL = "jsonl"
+    TRACE = "trace"  # a request trace replayed by its timestamps (TraceSpec; eval/vse/scenario/trace.py)
+
+
+class TraceFormat(str, enum.Enum):
+    """A trace file's layout; each has its reader in eval/vse/scenario/trace.py's FORMATS."""
+
+    MOONCAKE = "mooncake"  # JSONL: timestamp (ms), input_length, output_length, hash_ids (one per block)
+
+
+class LengthPolicy(str, enum.Enum):
+    """What a request that does not fit max_len (after length_scale) becomes."""
+
+    ERROR = "error"  # the scenario is refused, naming the line
+    CAP = "cap"  # its output cut to fit; a prompt that alone does not fit keeps its leading whole blocks
+    DROP = "drop"  # left out of the replay
+
+
+class TraceSpec(Strict):
+    """Which part of a trace is replayed, how fast, and at what lengths. The counts of requests each
+    length setting changed are in every report."""
+
+    format: TraceFormat = TraceFormat.MOONCAKE
+    start_s: float = Field(0.0, ge=0)  # the window: requests with start_s <= timestamp < start_s + duration_s
+    duration_s: float | None = Field(None, gt=0)  # None: to the trace's end (workload.num_prompts caps the count)
+    time_scale: float = Field(1.0, gt=0)  # gaps between arrivals times this: 0.5 replays twice as fast
+    block_tokens: int = Field(512, ge=1)  # tokens each hash id stands for in the trace (Mooncake: 512)
+    # Every input and output length times this (a small model's context, a CPU's speed); the block
+    # shrinks with it, so block_tokens x length_scale must be whole: equal hashes stay equal blocks.
+    length_scale: float = Field(1.0, gt=0, le=1)
+    length_policy: LengthPolicy = LengthPolicy.ERROR
+    # The longest prompt + output a request may ask for; None: server.max_model_len (set at load).
+    max_len: int | None = Field(None, ge=2)
+    # A run whose p99 send lag (actual send minus its scheduled time, no concurrency cap) passes this
+    # is disturbed: its client, not the server, set the arrivals.
+    max_send_lag_ms: float = Field(50.0, gt=0)
+
+    @property
+    def block_len(self) -> int:
+        """Tokens per hash block as sent."""
+        return round(self.block_tokens * self.length_scale)
+
+    @model_validator(mode="after")
+    def _whole_blocks(self) -> TraceSpec:
+        b = self.block_tokens * self.length_scale
+        if b < 1 or abs(b - round(b)) > 1e-9:
+            raise ValueError(
+                f"block_tokens x length_scale is {b:g}: it must be a whole number of tokens (at least 1), "
+                "so that equal hashes stay equal blocks"
+            )
+        return self
 
 
 class DatasetSpec(Strict):
@@ -126,12 +176,20 @@ class DatasetSpec(Strict):
     prefix_len: int = Field(0, ge=0)
     path: str | None = None
     seed: int = Field(0, ge=0)
+    trace: TraceSpec | None = None  # kind trace: the window, pace and lengths replayed
 
     @model_validator(mode="after")
     def _path(self) -> DatasetSpec:
         if self.kind != DatasetKind.RANDOM and not self.path:
             raise ValueError(f"dataset kind {self.kind.value} needs a path")
+        if self.trace is not None and self.kind != DatasetKind.TRACE:
+            raise ValueError(f"trace settings are for kind trace (this dataset: {self.kind.value})")
         return self
+
+    @property
+    def replay(self) -> TraceSpec:
+        """The trace settings of a trace dataset (its defaults where the scenario names none)."""
+        return self.trace or TraceSpec()
 
 
 class Goodput(Strict):

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from vse.backends import Backend
 from vse.errors import ScenarioError
-from vse.paths import scenario_path
-from vse.scenario import DEFAULT_CACHE, Scenario
+from vse.paths import data_path, scenario_path
+from vse.scenario import DEFAULT_CACHE, DatasetKind, Scenario
 
 MAX_ALIASES = 50
 _ENV_RE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -85,10 +85,33 @@ def read_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
         data = _expand_env(data)
     except KeyError as e:
         raise ScenarioError(f"{path}: environment variable {e.args[0]} is used but not set") from None
-    scenario = _validate(path, data)
+    scenario = _shipped_dataset(_validate(path, data))
     _check_files(path, scenario)
     _check_sweep(path, scenario)
-    return scenario
+    return _resolve_trace(path, scenario)
+
+
+def _shipped_dataset(s: Scenario) -> Scenario:
+    """A dataset path that is not the caller's file but a shipped one (eval/vse/data) names that."""
+    d = s.workload.dataset
+    if not d.path or (found := data_path(d.path)) == d.path:
+        return s
+    return s.model_copy(
+        update={"workload": s.workload.model_copy(update={"dataset": d.model_copy(update={"path": found})})}
+    )
+
+
+def _resolve_trace(path: Path, s: Scenario) -> Scenario:
+    """A trace dataset read and checked now (one line naming its file and line), its context and
+    request count filled in: the scenario a run records is the one it replayed."""
+    w = s.workload
+    if w.dataset.kind != DatasetKind.TRACE:
+        return s
+    from vse.scenario import trace
+
+    set_n = w.num_prompts if "num_prompts" in w.model_fields_set else None
+    dataset, n = trace.resolve(path, w.dataset, set_n, w.warmup_requests, s.server.max_model_len)
+    return s.model_copy(update={"workload": w.model_copy(update={"dataset": dataset, "num_prompts": n})})
 
 
 def _read(path: Path) -> dict[str, Any]:

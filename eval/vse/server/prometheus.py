@@ -54,6 +54,21 @@ def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float]:
     return out
 
 
+def cache_block_size(base_url: str, timeout: float = 10.0) -> int | None:
+    """Tokens per KV-cache block (vllm:cache_config_info's block_size label): the prefix cache hits in
+    whole blocks of this size. None where the server does not say."""
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as r:
+            text = r.read().decode()
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name.startswith("vllm:cache_config_info") and str(s.labels.get("block_size", "")).isdigit():
+                    return int(s.labels["block_size"])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     """Differences of counters/histograms; gauges as read after. Also derived means."""
     d: dict[str, Any] = {}

@@ -188,3 +188,12 @@ def test_send_lag_is_the_send_time_less_the_scheduled_one():
     ]
     lag = send_lag_ms(recs)
     assert lag["max"] == 2.0 and lag["p50"] == 0.5 and np.isclose(lag["p99"], 1.97)
+
+
+def test_a_trace_has_no_first_wave_to_gate(tmp_path):
+    p = scenario(tmp_path, GOOD)
+    p.write_text(p.read_text() + "gates:\n  performance: [{metric: median_ttft_first_wave_ms, max_worse_pct: 5}]\n")
+    with pytest.raises(
+        ScenarioError, match="median_ttft_first_wave_ms needs a first wave, which a replayed trace has none of"
+    ):
+        load_scenario(p)

@@ -19,7 +19,7 @@ from vse.rundir.files import read_json
 from vse.rundir.layout import ArmDir, RunDir
 from vse.rundir.rawdata import load_repeats
 from vse.rundir.records import RequestRecord
-from vse.scenario import ARMS, Scenario
+from vse.scenario import ARMS, DatasetKind, Scenario
 from vse.scenario.load import parse_override, set_path
 from vse.stats import estimate, metrics
 from vse.stats import telemetry as gpu_telemetry
@@ -174,7 +174,10 @@ def starts_made(arms: dict[str, ArmAnalysis]) -> tuple[int, int]:
 
 def first_wave(s: Scenario) -> int | None:
     """Requests in a run's first wave: a concurrency limit's worth, all sent at once when the rate
-    is unlimited; None for an open-loop rate, which has no such wave."""
+    is unlimited; None for an open-loop rate or a replayed trace (its requests come due on the
+    trace's clock), which have no such wave."""
+    if s.workload.dataset.kind == DatasetKind.TRACE:
+        return None
     return s.workload.max_concurrency if s.workload.request_rate == float("inf") else None
 
 

@@ -21,10 +21,14 @@ def _workload_differences(s: Scenario, other: Scenario) -> list[str]:
     return [f"{k}: {theirs[k]} there, {mine[k]} here" for k in mine if mine[k] != theirs.get(k)]
 
 
-def _ttft_notes(arms: dict[str, ArmAnalysis]) -> list[str]:
+def _ttft_notes(arms: dict[str, ArmAnalysis], closed_loop: bool = True) -> list[str]:
     """Run-level TTFT that falls into two groups, within an arm or across both (where it may also
-    be a real difference between the arms): say so, and point at the stable measures."""
-    out = []
+    be a real difference between the arms): say so, and point at the stable measures. A closed
+    loop's waves make such groups; an open loop (a replayed trace) has no waves, and its
+    replay note says what its TTFT means."""
+    out: list[str] = []
+    if not closed_loop:
+        return out
     defs = [registry.MetricDef(f"{st}_ttft_ms", f"{st} TTFT", False, "ttft", st) for st in ("mean", "median")]
     groups = [(a.name, a.repeat_data) for a in arms.values()]
     if len(arms) == 2:

@@ -71,11 +71,18 @@ class ReplayView:
     rows: list[ReplayRun]
 
     def notes(self) -> list[str]:
+        """What this traffic's measures mean, and any run whose prefix reuse was not the trace's."""
+        out = [
+            "a replayed trace: requests come due on the trace's clock, the same in every run of both arms, "
+            "so throughput follows the arrivals and says whether the server kept up, not how fast it can go; "
+            "per-request TTFT, TPOT and E2E latency (their percentiles) and goodput at workload.goodput's SLOs "
+            "are its measures. The first-wave measures have no first wave here and are not decided"
+        ]
         off = [r for r in self.rows if r.reuse_off]
         if not off:
-            return []
+            return out
         runs = ", ".join(f"{r.arm} run {r.run} ({r.hit_rate:.1%} against {r.implied_rate:.1%})" for r in off)
-        return [
+        return out + [
             f"**prefix reuse unlike the trace's** in {runs}: vLLM's prefix-cache hit rate is more than "
             f"{100 * REUSE_TOLERANCE:g} points from what the trace's hashes imply. The prompts did not carry the "
             "trace's shared blocks, or the server's cache held less than the window reuses (a smaller KV cache, "

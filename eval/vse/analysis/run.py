@@ -15,6 +15,7 @@ from vse.analysis.felt import FeltView, felt_view
 from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scenario_from_run, starts_made
 from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
 from vse.analysis.replay import ReplayView, replay_view
+from vse.analysis.stages import StageRow, stage_view
 from vse.analysis.verdict import (
     _accuracy_gates,
     exit_code_for,
@@ -65,6 +66,7 @@ class Analysis:
     sweep: list[tuple[str, Analysis]] = field(default_factory=list)  # (point label, its analysis)
     felt: FeltView | None = None  # two releases: what a user of the candidate would feel (felt.py)
     replay: ReplayView | None = None  # a replayed trace: send lag and prefix-cache reuse per run (replay.py)
+    stages: list[StageRow] | None = None  # a staged load: every metric stage by stage (stages.py)
 
     @property
     def complete(self) -> bool:
@@ -89,7 +91,9 @@ def analyze(
         g.significance, s.run.server_starts + look - 1, s.run.server_starts, s.run.max_server_starts
     )
     comparison = _compare(s, arms, excluded) if _both_measured(arms) else []
-    notes = _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms) + machine_notes(arms)
+    notes = (
+        _arm_kinds(s, arms) + _comparison_notes(comparison) + _ttft_notes(arms, replay is None) + machine_notes(arms)
+    )
     notes += replay.notes() if replay else []
     off_pace = pace.off_pace(arms)  # read once: the note and the decode gates say the same
     notes += _coalescing_notes(arms) + ([f"decode gates not decided: {off_pace}"] if off_pace else [])
@@ -150,6 +154,7 @@ def analyze(
         sweep=points,
         felt=felt_view(arms, env, comparison, g.significance),
         replay=replay,
+        stages=stage_view(s, arms),
     )
     if gemm_path is not None:
         out.gemm = read_json(gemm_path)

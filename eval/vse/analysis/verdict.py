@@ -106,8 +106,8 @@ def find_disturbed(
     measured; either way it is listed with the server's own view of it."""
     flags = _far_runs(arms, percentiles)
     for name, runs in (late or {}).items():
-        for i, why in runs.items():
-            flags[name].setdefault(i, []).append(why)
+        for i, lateness in runs.items():
+            flags[name].setdefault(i, []).append(lateness)
     for name, arm in arms.items():  # the client itself stalled: its timestamps are late, not the server
         for i, lag in enumerate(arm.loop_lag_ms):
             if (worst := lag.get("max", 0.0)) >= CLIENT_STALL_MS:

@@ -30,6 +30,7 @@ def shape_of(w: WorkloadSpec, seed: int) -> LoadShape:
         burstiness=w.burstiness,
         duration_s=w.duration_s,
         seed=seed,
+        stages=tuple(w.stages),
     )
 
 

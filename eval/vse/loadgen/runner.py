@@ -19,6 +19,7 @@ import numpy as np
 from vse.loadgen.client import RequestParams, make_session, stream_request
 from vse.loadgen.datasets import Prompt
 from vse.rundir.records import RequestRecord
+from vse.scenario import Stage
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class LoadShape:
     burstiness: float = 1.0
     duration_s: float | None = None
     seed: int = 0
+    stages: tuple[Stage, ...] = ()  # a staged load (workload.stages): these, in order, instead of the above
 
 
 @dataclass
@@ -139,6 +141,56 @@ async def _run_phase(
     return records
 
 
+async def _run_stages(
+    session,
+    params: RequestParams,
+    prompts: list[Prompt],
+    shape: LoadShape,
+    count_tokens,
+    on_done: Callable[[RequestRecord], None] | None,
+) -> list[RequestRecord]:
+    """Each stage in turn from the moment the previous one's time is up: a rate stage sends at its
+    rate, a concurrency stage keeps that many in flight, sending the next prompt as one finishes.
+    No request starts after its stage's end; one still in flight then finishes in the next stage's
+    time and keeps its own stage. The prompts are taken in order; none left, the load stops."""
+    pending = iter(prompts)
+    records: list[RequestRecord] = []
+    tasks: list[asyncio.Task] = []
+
+    async def one(p: Prompt, due_ns: int, stage: int) -> None:
+        rec = RequestRecord(p.index, "measure", p.prompt_len, p.output_len, scheduled_ns=due_ns, stage=stage)
+        records.append(rec)
+        await stream_request(session, params, p.text, p.output_len, rec, count_tokens)
+        if on_done:
+            on_done(rec)
+
+    async def keep_busy(stage: int, end_ns: int) -> None:
+        while time.monotonic_ns() < end_ns and (p := next(pending, None)) is not None:
+            await one(p, time.monotonic_ns(), stage)
+
+    start_ns = time.monotonic_ns()
+    for i, st in enumerate(shape.stages):
+        end_ns = start_ns + int(st.duration_s * 1e9)
+        if st.max_concurrency is not None:
+            tasks += [asyncio.create_task(keep_busy(i, end_ns)) for _ in range(st.max_concurrency)]
+        else:
+            rate = st.request_rate or math.inf
+            n = int(rate * st.duration_s * 2) + 16  # more gaps than the stage can use
+            for off in arrival_offsets(n, rate, shape.burstiness, shape.seed + i):
+                due = start_ns + int(off * 1e9)
+                if due >= end_ns:
+                    break
+                await _sleep_until(due)
+                if (p := next(pending, None)) is None:
+                    break
+                tasks.append(asyncio.create_task(one(p, due, i)))
+        await _sleep_until(end_ns)
+        start_ns = end_ns
+    if tasks:
+        await asyncio.gather(*tasks)
+    return records
+
+
 async def run_load_async(
     params: RequestParams,
     prompts: list[Prompt],
@@ -159,7 +211,10 @@ async def run_load_async(
         started = time.monotonic_ns()
         if t0_ns:
             await _sleep_until(t0_ns)
-        records = await _run_phase(session, params, prompts, phase, shape, count_tokens, on_done, worker, t0_ns)
+        if shape.stages and phase == "measure":
+            records = await _run_stages(session, params, prompts, shape, count_tokens, on_done)
+        else:
+            records = await _run_phase(session, params, prompts, phase, shape, count_tokens, on_done, worker, t0_ns)
         ended = time.monotonic_ns()
         lags = await lag.stop()
     return LoadResult(records, lags, 1, t0_ns or started, ended)

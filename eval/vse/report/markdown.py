@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from vse.analysis import Analysis, ArmAnalysis, felt, fmt_pct, starts_made
+from vse.analysis import Analysis, ArmAnalysis, felt, fmt_pct, stages, starts_made
 from vse.analysis.replay import ReplayView
 from vse.analysis.verdict import disturbed_rule
 from vse.exitcodes import ExitCode
@@ -182,9 +182,14 @@ def workload_text(a: Analysis) -> str:
     made = starts_made(a.arms)
     d = w.dataset
     what = f"{d.kind.value} ISL={d.input_len} OSL={d.output_len}" if a.replay is None else replayed(a.replay)
+    load = (
+        "stages " + ", then ".join(st.label for st in w.stages)
+        if w.stages
+        else f"concurrency {w.max_concurrency or 'unlimited'}"
+    )
     return (
         f"{what}, {w.num_prompts} prompts, "
-        f"concurrency {w.max_concurrency or 'unlimited'}, {s.run.server_starts} server start(s) per arm"
+        f"{load}, {s.run.server_starts} server start(s) per arm"
         + (
             f" at first (sequential, up to {s.run.max_server_starts}; made {made[0]} + {made[1]})"
             if s.run.max_server_starts
@@ -256,6 +261,29 @@ def _replay(a: Analysis) -> list[str]:
     return L
 
 
+def _stages(a: Analysis) -> list[str]:
+    """A staged load: each stage's measures per arm (means over runs; results.json has them all)."""
+    if a.stages is None:
+        return []
+    labels = {m.key: m.label for m in registry.metric_defs(a.scenario.workload.percentiles, False)}
+    keys = [k for k in stages.SHOWN if k in labels]
+    L = [
+        "## Stages",
+        "",
+        "Each run's requests by the stage they were sent in, measured as a run is; the mean over runs.",
+        "",
+        "| Arm | Stage | Load | Runs | Requests | " + " | ".join(labels[k] for k in keys) + " |",
+        "|---|---:|---|---:|---:|" + "---:|" * len(keys),
+    ]
+    for r in a.stages:
+        L.append(
+            f"| {r.arm} | {r.stage + 1} | {r.label} | {r.runs} | {r.requests} | "
+            + " | ".join(num(r.mean.get(k)) for k in keys)
+            + " |"
+        )
+    return L + [""]
+
+
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
     whatif = any(sv.get("whatif") for sv in arm.servers)
     return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")
@@ -269,6 +297,7 @@ def render(a: Analysis) -> str:
         _comparison,
         _felt,
         _replay,
+        _stages,
         _disturbed,
         _left_out,
         _noise_floor,

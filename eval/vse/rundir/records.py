@@ -58,6 +58,7 @@ class RequestRecord:
     status: int = 0
     worker: int = 0
     text: str = ""
+    stage: int | None = None  # a staged load's stage (workload.stages) the request was sent in
 
     @property
     def ttft_s(self) -> float:
@@ -138,6 +139,8 @@ def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = 
         d = asdict(r)
         if not keep_text:
             d["text"] = ""
+        if d["stage"] is None:  # only a staged load's records have one: other runs' files stay as they were
+            del d["stage"]
         lines.append(json.dumps(d, separators=(",", ":")))
     atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 

@@ -203,6 +203,28 @@ class Endpoint(str, enum.Enum):
     CHAT = "chat"
 
 
+class Stage(Strict):
+    """One stage of a staged load: for duration_s, requests arrive at request_rate (open loop, the
+    workload's burstiness) or max_concurrency requests are kept in flight (closed loop)."""
+
+    duration_s: float = Field(gt=0)
+    request_rate: float | None = Field(None, gt=0)
+    max_concurrency: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Stage:
+        if (self.request_rate is None) == (self.max_concurrency is None):
+            raise ValueError("a stage sets request_rate or max_concurrency (one of them)")
+        return self
+
+    @property
+    def label(self) -> str:
+        load = (
+            f"{self.request_rate:g} req/s" if self.request_rate is not None else f"concurrency {self.max_concurrency}"
+        )
+        return f"{load} for {self.duration_s:g} s"
+
+
 class WorkloadSpec(Strict):
     endpoint: Endpoint = Endpoint.COMPLETIONS
     dataset: DatasetSpec = DatasetSpec()
@@ -226,6 +248,28 @@ class WorkloadSpec(Strict):
     keep_texts: bool = False
     request_timeout_s: float = Field(3600, gt=0)
     read_timeout_s: float = Field(300, gt=0)  # no byte of a stream for this long: the server hung
+    # Staged load: the stages in order, each a rate or a concurrency for its duration (a warm-up, a
+    # step or a ramp); the run sends num_prompts at most, every request recorded with its stage.
+    stages: list[Stage] = []
+
+    @model_validator(mode="after")
+    def _stages(self) -> WorkloadSpec:
+        if not self.stages:
+            return self
+        clash = [
+            (on, key)
+            for on, key in (
+                (self.dataset.kind == DatasetKind.TRACE, "a replayed trace (its own clock)"),
+                (self.client_processes > 1, "workload.client_processes above 1"),
+                (self.duration_s is not None, "workload.duration_s (the stages' durations are the run's)"),
+                (self.max_concurrency is not None, "workload.max_concurrency (each stage sets its own)"),
+                (self.request_rate != math.inf, "workload.request_rate (each stage sets its own)"),
+            )
+            if on
+        ]
+        if clash:
+            raise ValueError(f"stages do not combine with {clash[0][1]}")
+        return self
 
     @field_validator("percentiles")
     @classmethod
@@ -408,6 +452,14 @@ class Scenario(Strict):
                     "(model.generate with weights: realistic, or a builtin with quantization: fp8-static)"
                 )
         self._first_wave_decode_possible()
+        if w.dataset.kind == DatasetKind.TRACE and (
+            wave := [g.metric for g in self.gates.performance if g.metric in FIRST_WAVE_METRICS]
+        ):
+            raise ValueError(
+                f"gates.performance: {wave[0]} needs a first wave, which a replayed trace has none of (its "
+                "requests come due on the trace's clock); gate the per-request percentiles "
+                "(median_ttft_ms, p99_ttft_ms, median_tpot_ms, ...) or request_goodput at workload.goodput's SLOs"
+            )
         ref = self.agreement.reference
         if ref is not None and ref.model_dump(exclude={"label"}) == self.arms.baseline.model_dump(exclude={"label"}):
             raise ValueError("agreement.reference runs the baseline's settings: the baseline would be at distance 0")
@@ -420,14 +472,18 @@ class Scenario(Strict):
 
 
 FIRST_WAVE_DECODE = "mean_decode_first_wave_ms"
+MEDIAN_TTFT_FIRST_WAVE = "median_ttft_first_wave_ms"
+MEDIAN_TTFT_STEADY = "median_ttft_steady_ms"
+# Measures of a closed loop's first wave (stats/registry.py), which an open loop does not have.
+FIRST_WAVE_METRICS = (FIRST_WAVE_DECODE, MEDIAN_TTFT_FIRST_WAVE, MEDIAN_TTFT_STEADY)
 
 
 def _first_wave_decode_needs(w: WorkloadSpec) -> list[str]:
     """What the first wave's pure-decode window needs (vse/stats/decode.py): a wave sent at once
     into a closed loop, outputs of one length, and the server's token count on every chunk."""
     needs = []
-    if w.request_rate != math.inf or w.max_concurrency is None:
-        needs.append("a closed loop (workload.max_concurrency set, request_rate unlimited)")
+    if w.request_rate != math.inf or w.max_concurrency is None or w.dataset.kind == DatasetKind.TRACE:
+        needs.append("a closed loop (workload.max_concurrency set, request_rate unlimited, not a replayed trace)")
     if not (w.ignore_eos and w.dataset.range_ratio == 0):
         needs.append("outputs of one length (workload.ignore_eos: true, dataset.range_ratio: 0)")
     if not w.usage_per_chunk:

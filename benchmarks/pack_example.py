@@ -71,8 +71,19 @@ def point_dirs(run: Path) -> list[Path]:
     return sorted(d for d in (run / "sweep").glob("*") if (d / "run.json").is_file())
 
 
+def _trace_prompts(run: Path):
+    """A replayed trace's prompt files without their text: the replay view reads each request's
+    block hashes from them (the text is the seed's, rebuilt by the same scenario)."""
+    for f in sorted((run / "prompts").glob("prompts-*.jsonl")):
+        rows = [json.loads(ln) for ln in f.read_text().splitlines() if ln]
+        if rows and "hash_ids" in rows[0]:
+            body = "".join(json.dumps({**r, "text": ""}, separators=(",", ":")) + "\n" for r in rows)
+            yield f"prompts/{f.name}", body.encode()
+
+
 def raw_members(run: Path, arms: list[str]):
     yield from _arm_members(run, arms, "")
+    yield from _trace_prompts(run)
     for d in point_dirs(run):  # each point's scenario and records; its run and environment are the run's
         rel = f"sweep/{d.name}/"
         for name in ("scenario.yaml", "run.json", "environment.json"):

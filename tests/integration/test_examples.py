@@ -416,3 +416,17 @@ def test_per_chunk_usage_is_decided_to_cost_under_one_percent_of_throughput(tmp_
     assert gates["output_throughput"]["outcome"] == "pass"
     assert "95% interval [-0.39%, +0.36%] vs margin 1% (3 + 3 server starts)" in gates["output_throughput"]["detail"]
     assert gates["median_ttft_first_wave_ms"]["outcome"] == "pass"
+
+
+def test_the_cpu_trace_replay_meets_the_traces_reuse_and_decides(tmp_path):
+    """cpu-trace-smoke (2026-12-07, this CPU machine, 3 + 3 starts): 87 requests of Mooncake's trace
+    replayed by their timestamps; in every run vLLM's prefix-cache hit rate is the one the trace's
+    hashes imply, and the TTFT gate decides bf16 against fp32."""
+    run = unpack(ROOT / "reports" / "examples" / "cpu-trace-smoke", tmp_path / "r")
+    assert report(run).returncode == 0
+    res = json.loads((run / "results.json").read_text())
+    rows = res["replay"]["rows"]
+    assert len(rows) == 6 and all(r["requests"] == 87 for r in rows)
+    assert all(abs(r["hit_rate"] - r["implied_rate"]) < 0.005 and r["implied_rate"] > 0.3 for r in rows)
+    assert {g.get("metric"): g["outcome"] for g in res["gates"]}["median_ttft_ms"] == "pass"
+    assert "## Replay fidelity" in (run / "summary.md").read_text()

@@ -170,7 +170,9 @@ def trace_prompts(spec: DatasetSpec, n: int, tok: Tokenizer, warmup: int = 0) ->
         return "".join(cache[h][:length])
 
     measured = win.requests[: n - warmup]
-    plan: list[tuple[trace.TraceRequest, list[int], float | None]] = [(r, list(r.hash_ids), r.arrival_s) for r in measured]
+    plan: list[tuple[trace.TraceRequest, list[int], float | None]] = [
+        (r, list(r.hash_ids), r.arrival_s) for r in measured
+    ]
     plan += [
         (r, [WARMUP_BLOCKS + i * 4096 + j for j in range(len(r.hash_ids))], None)
         for i, r in enumerate(win.requests[:warmup])

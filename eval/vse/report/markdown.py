@@ -244,16 +244,19 @@ def _replay(a: Analysis) -> list[str]:
         "(an unbounded cache, a block reusable once an earlier request carried it, counted in the "
         "server's KV-cache blocks).",
         "",
-        "| Arm | Start | Run | Requests | Send lag p50 / p99 / max (ms) | vLLM hit rate | Implied | Difference |",
+        "| Arm | Server start | Run | Requests | Send lag p50 / p99 / max (ms) | vLLM hit rate | Implied | Difference |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in v.rows:
+    position: dict[str, int] = {}
+    for r in v.rows:  # numbered as the other tables number runs: per arm, from 1
+        position[r.arm] = position.get(r.arm, 0) + 1
         lagt = " / ".join(f"{r.lag_ms.get(k, float('nan')):,.1f}" for k in ("p50", "p99", "max"))
         hit = f"{r.hit_rate:.1%}" if r.hit_rate is not None else "not reported"
         diff = f"{100 * (r.hit_rate - r.implied_rate):+.1f} pt" if r.hit_rate is not None else "-"
         flag = " (disturbed)" if r.disturbed else ""
         L.append(
-            f"| {r.arm} | {r.start} | {r.run} | {r.requests} | {lagt}{flag} | {hit} | {r.implied_rate:.1%} | {diff} |"
+            f"| {r.arm} | {r.start + 1} | {position[r.arm]} | {r.requests} | {lagt}{flag} | {hit} | "
+            f"{r.implied_rate:.1%} | {diff} |"
         )
     blocks = sorted({(r.cache_block, r.block_said) for r in v.rows})
     said = ", ".join(f"{b} tokens" + ("" if ok else " (assumed: the server did not say)") for b, ok in blocks)

@@ -16,6 +16,7 @@ from vse.analysis.load import ARMS, ArmAnalysis, first_wave, load_arm, load_scen
 from vse.analysis.notes import _ttft_notes, _workload_differences, machine_notes, width_notes
 from vse.analysis.replay import ReplayView, replay_view
 from vse.analysis.stages import StageRow, stage_view
+from vse.analysis.turns import TurnRow, turn_view
 from vse.analysis.verdict import (
     _accuracy_gates,
     exit_code_for,
@@ -67,6 +68,7 @@ class Analysis:
     felt: FeltView | None = None  # two releases: what a user of the candidate would feel (felt.py)
     replay: ReplayView | None = None  # a replayed trace: send lag and prefix-cache reuse per run (replay.py)
     stages: list[StageRow] | None = None  # a staged load: every metric stage by stage (stages.py)
+    turns: list[TurnRow] | None = None  # a sessions run: TTFT by turn index (turns.py)
 
     @property
     def complete(self) -> bool:
@@ -155,6 +157,7 @@ def analyze(
         felt=felt_view(arms, env, comparison, g.significance),
         replay=replay,
         stages=stage_view(s, arms),
+        turns=turn_view(s, arms),
     )
     if gemm_path is not None:
         out.gemm = read_json(gemm_path)

@@ -140,6 +140,7 @@ def run_repeat(
         "server_metrics_delta": server_delta,
         # a replayed trace's prefix-cache reuse is estimated in the server's blocks (analysis/replay.py)
         **({"cache_block_size": prometheus.cache_block_size(target.url)} if _replayed(prompts.measured) else {}),
+        **({"stages": [st.model_dump() for st in w.stages]} if w.stages else {}),  # bounded by time
         "gpu_telemetry": gpu.telemetry.to_json() if gpu.telemetry else None,
         **(extra_meta or {}),
     }

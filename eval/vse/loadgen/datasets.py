@@ -31,6 +31,11 @@ class Prompt:
     hash_ids: list[int] | None = None  # the trace's block hashes its text was built from
     block_len: int | None = None  # tokens per block: block j is tokens [j * block_len, (j + 1) * block_len)
     line: int | None = None  # its line in the trace file
+    # A session's turn (kind sessions): the text is the user's turn; what is sent is every earlier
+    # turn and answer, then it (loadgen/runner.py). arrival_s is then its session's start.
+    session: int | None = None
+    turn: int | None = None  # 0-based within its session
+    think_s: float | None = None  # the user's think time before this turn
 
 
 @lru_cache(maxsize=8)
@@ -190,6 +195,41 @@ def trace_prompts(spec: DatasetSpec, n: int, tok: Tokenizer, warmup: int = 0) ->
     return prompts
 
 
+def session_prompts(spec: DatasetSpec, n: int, tok: Tokenizer, warmup: int = 0) -> list[Prompt]:
+    """Every turn of every session (the plan: eval/vse/scenario/sessions.py), then `warmup` single
+    prompts. A generated turn is random text of input_len tokens (+- range_ratio), its answer
+    output_len; a file's turns are its own texts, their answers output_len."""
+    from vse.scenario import sessions
+
+    rng = np.random.default_rng(spec.seed)
+    special = _special_ids(tok)
+    allowed = np.array([i for i in range(tok.get_vocab_size()) if i not in special])
+
+    def span(v: int) -> tuple[int, int]:
+        return max(1, int(v * (1 - spec.range_ratio))), int(v * (1 + spec.range_ratio))
+
+    (lo_in, hi_in), (lo_out, hi_out) = span(spec.input_len), span(spec.output_len)
+    texts = sessions.conversations(spec.path, spec.conversation.count) if spec.path else None
+    prompts: list[Prompt] = []
+    for s_i, p in enumerate(sessions.plan(spec)):
+        for t in range(p.turns):
+            if texts is not None:
+                text = texts[s_i][t]
+                n_in = len(tok.encode(text, add_special_tokens=False).ids)
+            else:
+                target = int(rng.integers(lo_in, hi_in + 1))
+                text, n_in = _exact_length_text(tok, rng.choice(allowed, size=target).tolist(), target, rng, allowed)
+            n_out = int(rng.integers(lo_out, hi_out + 1)) if texts is None else spec.output_len
+            think = p.think_s[t - 1] if t else None
+            arrival = p.start_s if t == 0 else None
+            prompts.append(Prompt(len(prompts), text, n_in, n_out, arrival, session=s_i, turn=t, think_s=think))
+    if len(prompts) != n - warmup:
+        raise SuiteError(f"workload.dataset: the sessions have {len(prompts)} turns, the run asked for {n - warmup}")
+    one = spec.model_copy(update={"kind": DatasetKind.RANDOM, "path": None, "sessions": None})
+    warm = random_prompts(one, warmup, tok) if warmup else []
+    return prompts + [Prompt(len(prompts) + i, w.text, w.prompt_len, w.output_len) for i, w in enumerate(warm)]
+
+
 _BUILDERS = {
     DatasetKind.RANDOM: random_prompts,
     DatasetKind.SHAREGPT: sharegpt_prompts,
@@ -202,6 +242,8 @@ def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str, *, warmup: int
     tok = load_tokenizer(tokenizer_path)
     if spec.kind == DatasetKind.TRACE:  # the window is the prompt set: never cycled
         return trace_prompts(spec, n, tok, warmup)
+    if spec.kind == DatasetKind.SESSIONS:  # every turn of every session, in session order
+        return session_prompts(spec, n, tok, warmup)
     prompts = _BUILDERS[spec.kind](spec, n, tok)
     if not prompts:
         raise SuiteError(f"workload.dataset: {spec.kind.value} dataset gave no prompts")
@@ -212,12 +254,13 @@ def build_prompts(spec: DatasetSpec, n: int, tokenizer_path: str, *, warmup: int
     return prompts
 
 
-TRACE_FIELDS = ("arrival_s", "hash_ids", "block_len", "line")
+OPTIONAL_FIELDS = ("arrival_s", "hash_ids", "block_len", "line", "session", "turn", "think_s")
 
 
 def _row(p: Prompt) -> dict:
-    """A prompt's line: a trace's fields only where it has them (other kinds' files stay as they were)."""
-    return {k: v for k, v in asdict(p).items() if not (k in TRACE_FIELDS and v is None)}
+    """A prompt's line: a trace's or a session's fields only where it has them (other kinds' files
+    stay as they were)."""
+    return {k: v for k, v in asdict(p).items() if not (k in OPTIONAL_FIELDS and v is None)}
 
 
 def save_prompts(path: Path, prompts: list[Prompt]) -> str:

@@ -191,6 +191,61 @@ async def _run_stages(
     return records
 
 
+def _not_sent(p: Prompt, why: str) -> RequestRecord:
+    now = time.monotonic_ns()
+    rec = RequestRecord(
+        p.index, "measure", p.prompt_len, p.output_len, scheduled_ns=now, send_ns=now, session=p.session, turn=p.turn
+    )
+    rec.end_ns, rec.error = now, why
+    return rec
+
+
+async def _run_sessions(
+    session,
+    params: RequestParams,
+    prompts: list[Prompt],
+    shape: LoadShape,
+    count_tokens,
+    on_done: Callable[[RequestRecord], None] | None,
+) -> list[RequestRecord]:
+    """Each session as a chat client runs it: from its start, a turn, its answer in full, the user's
+    think time, the next turn with every earlier turn and answer before it. workload.max_concurrency
+    caps the requests in flight over all sessions. A failed turn ends its session: its later turns
+    are recorded as failed, not sent (they would have no answer to follow)."""
+    sem = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else contextlib.nullcontext()
+    records: list[RequestRecord] = []
+    by: dict[int, list[Prompt]] = {}
+    for p in prompts:
+        by.setdefault(p.session or 0, []).append(p)
+    t0 = time.monotonic_ns()
+
+    async def run_one(turns: list[Prompt]) -> None:
+        await _sleep_until(t0 + int((turns[0].arrival_s or 0.0) * 1e9))
+        history, sent = "", 0
+        for p in sorted(turns, key=lambda q: q.turn or 0):
+            if sent:
+                await asyncio.sleep(p.think_s or 0.0)
+            text = history + p.text
+            n_in = count_tokens(text) if count_tokens else p.prompt_len + sent
+            rec = RequestRecord(
+                p.index, "measure", n_in, p.output_len, scheduled_ns=time.monotonic_ns(), session=p.session, turn=p.turn
+            )
+            records.append(rec)
+            async with sem:
+                await stream_request(session, params, text, p.output_len, rec, count_tokens)
+            if on_done:
+                on_done(rec)
+            if not rec.success:
+                records.extend(
+                    _not_sent(q, f"not sent: turn {p.turn} of its session failed") for q in turns[turns.index(p) + 1 :]
+                )
+                return
+            history, sent = text + rec.text, (rec.usage_prompt_tokens or n_in) + rec.output_tokens
+
+    await asyncio.gather(*(run_one(t) for t in by.values()))
+    return records
+
+
 async def run_load_async(
     params: RequestParams,
     prompts: list[Prompt],
@@ -213,6 +268,8 @@ async def run_load_async(
             await _sleep_until(t0_ns)
         if shape.stages and phase == "measure":
             records = await _run_stages(session, params, prompts, shape, count_tokens, on_done)
+        elif phase == "measure" and prompts and prompts[0].session is not None:
+            records = await _run_sessions(session, params, prompts, shape, count_tokens, on_done)
         else:
             records = await _run_phase(session, params, prompts, phase, shape, count_tokens, on_done, worker, t0_ns)
         ended = time.monotonic_ns()

@@ -287,6 +287,27 @@ def _stages(a: Analysis) -> list[str]:
     return L + [""]
 
 
+def _turns(a: Analysis) -> list[str]:
+    """A sessions run: TTFT by turn index, where a prefix-cache regression shows first."""
+    if a.turns is None:
+        return []
+    L = [
+        "## Turns",
+        "",
+        "Each turn carries every earlier turn and answer of its session: later turns are where the prefix "
+        "cache saves prefill, and where its regression shows first.",
+        "",
+        "| Arm | Turn | Requests | Median TTFT (ms) | P99 TTFT (ms) | Mean prompt tokens |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in a.turns:
+        L.append(
+            f"| {r.arm} | {r.turn} | {r.requests} | {num(r.median_ttft_ms)} | {num(r.p99_ttft_ms)} | "
+            f"{r.mean_prompt_tokens:,.0f} |"
+        )
+    return L + [""]
+
+
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
     whatif = any(sv.get("whatif") for sv in arm.servers)
     return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")
@@ -301,6 +322,7 @@ def render(a: Analysis) -> str:
         _felt,
         _replay,
         _stages,
+        _turns,
         _disturbed,
         _left_out,
         _noise_floor,

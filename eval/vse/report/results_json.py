@@ -84,6 +84,7 @@ def render(a: Analysis) -> dict[str, Any]:
             # a replayed trace's send lag and prefix-cache reuse per run (only such runs have the key)
             **({"replay": dataclasses.asdict(a.replay)} if a.replay is not None else {}),
             **({"stages": [dataclasses.asdict(r) for r in a.stages]} if a.stages is not None else {}),
+            **({"turns": [dataclasses.asdict(r) for r in a.turns]} if a.turns is not None else {}),
             "left_out": a.left_out,
             "sweep": sweep.json_rows(a),
             "gemm_prediction": (

@@ -59,6 +59,8 @@ class RequestRecord:
     worker: int = 0
     text: str = ""
     stage: int | None = None  # a staged load's stage (workload.stages) the request was sent in
+    session: int | None = None  # a sessions run's session and turn (0-based) this request was
+    turn: int | None = None
 
     @property
     def ttft_s(self) -> float:
@@ -131,6 +133,9 @@ class RequestRecord:
         return (self.e2el_s - self.ttft_s) / (self.output_tokens - 1)
 
 
+OPTIONAL = ("stage", "session", "turn")
+
+
 def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = True) -> None:
     from vse.rundir.files import atomic_write_text
 
@@ -139,8 +144,11 @@ def write_jsonl(path: Path, records: Iterable[RequestRecord], keep_text: bool = 
         d = asdict(r)
         if not keep_text:
             d["text"] = ""
-        if d["stage"] is None:  # only a staged load's records have one: other runs' files stay as they were
-            del d["stage"]
+        for (
+            key
+        ) in OPTIONAL:  # only a staged load's or sessions run's records have these: other runs' files stay as they were
+            if d[key] is None:
+                del d[key]
         lines.append(json.dumps(d, separators=(",", ":")))
     atomic_write_text(path, "\n".join(lines) + ("\n" if lines else ""))
 

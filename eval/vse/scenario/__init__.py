@@ -117,6 +117,7 @@ class DatasetKind(str, enum.Enum):
     SHAREGPT = "sharegpt"
     JSONL = "jsonl"
     TRACE = "trace"  # a request trace replayed by its timestamps (TraceSpec; eval/vse/scenario/trace.py)
+    SESSIONS = "sessions"  # multi-turn conversations, each turn after the last answer (SessionSpec)
 
 
 class TraceFormat(str, enum.Enum):
@@ -168,6 +169,29 @@ class TraceSpec(Strict):
         return self
 
 
+class SessionSpec(Strict):
+    """Multi-turn sessions, as a chat client sends them: each turn after the previous answer has
+    arrived and a think time, with every earlier turn and answer as its prefix. Generated (turns,
+    lengths and think times drawn from the dataset's seed; user turns of input_len tokens, answers
+    of output_len, both +- range_ratio) or, with dataset.path, a JSONL of real conversations (a line:
+    {"turns": ["user text", ...]}, or {"messages": [{"role": "user", "content": ...}, ...]})."""
+
+    count: int = Field(16, ge=1)  # sessions (from a file: its first ones)
+    min_turns: int = Field(2, ge=1)
+    max_turns: int = Field(4, ge=1)
+    think_s: float = Field(1.0, ge=0)  # mean think time between an answer and the next turn (exponential)
+    rate: float = Field(math.inf, gt=0)  # sessions started per second (Poisson); inf: all at once
+    # The plan's seed (turns, starts, think times): the same in every run, while each run's texts
+    # come from dataset.seed + its index, so runs share a structure and no cached prefix.
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _turns(self) -> SessionSpec:
+        if self.max_turns < self.min_turns:
+            raise ValueError(f"max_turns {self.max_turns} is below min_turns {self.min_turns}")
+        return self
+
+
 class DatasetSpec(Strict):
     kind: DatasetKind = DatasetKind.RANDOM
     input_len: int = Field(1024, ge=1)
@@ -177,14 +201,22 @@ class DatasetSpec(Strict):
     path: str | None = None
     seed: int = Field(0, ge=0)
     trace: TraceSpec | None = None  # kind trace: the window, pace and lengths replayed
+    sessions: SessionSpec | None = None  # kind sessions: how many, how long, how fast
 
     @model_validator(mode="after")
     def _path(self) -> DatasetSpec:
-        if self.kind != DatasetKind.RANDOM and not self.path:
+        if self.sessions is not None and self.kind != DatasetKind.SESSIONS:
+            raise ValueError(f"sessions settings are for kind sessions (this dataset: {self.kind.value})")
+        if self.kind not in (DatasetKind.RANDOM, DatasetKind.SESSIONS) and not self.path:
             raise ValueError(f"dataset kind {self.kind.value} needs a path")
         if self.trace is not None and self.kind != DatasetKind.TRACE:
             raise ValueError(f"trace settings are for kind trace (this dataset: {self.kind.value})")
         return self
+
+    @property
+    def conversation(self) -> SessionSpec:
+        """The sessions settings of a sessions dataset (defaults where the scenario names none)."""
+        return self.sessions or SessionSpec()
 
     @property
     def replay(self) -> TraceSpec:
@@ -254,12 +286,17 @@ class WorkloadSpec(Strict):
 
     @model_validator(mode="after")
     def _stages(self) -> WorkloadSpec:
+        if self.dataset.kind == DatasetKind.SESSIONS and self.client_processes > 1:
+            raise ValueError(
+                "sessions run in one client process (a session's turns follow each other); set client_processes: 1"
+            )
         if not self.stages:
             return self
         clash = [
             (on, key)
             for on, key in (
                 (self.dataset.kind == DatasetKind.TRACE, "a replayed trace (its own clock)"),
+                (self.dataset.kind == DatasetKind.SESSIONS, "sessions (their own pace)"),
                 (self.client_processes > 1, "workload.client_processes above 1"),
                 (self.duration_s is not None, "workload.duration_s (the stages' durations are the run's)"),
                 (self.max_concurrency is not None, "workload.max_concurrency (each stage sets its own)"),

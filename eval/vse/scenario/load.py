@@ -88,7 +88,7 @@ def read_scenario(path: str | Path, *, backend: str | None = None, overrides: Se
     scenario = _shipped_dataset(_validate(path, data))
     _check_files(path, scenario)
     _check_sweep(path, scenario)
-    return _resolve_trace(path, scenario)
+    return _resolve_requests(path, scenario)
 
 
 def _shipped_dataset(s: Scenario) -> Scenario:
@@ -101,15 +101,21 @@ def _shipped_dataset(s: Scenario) -> Scenario:
     )
 
 
-def _resolve_trace(path: Path, s: Scenario) -> Scenario:
-    """A trace dataset read and checked now (one line naming its file and line), its context and
-    request count filled in: the scenario a run records is the one it replayed."""
+def _resolve_requests(path: Path, s: Scenario) -> Scenario:
+    """A trace or sessions dataset read and checked now (one line naming its file and line), its
+    request count (and a trace's context) filled in: the scenario a run records is the one it sent."""
     w = s.workload
+    set_n = w.num_prompts if "num_prompts" in w.model_fields_set else None
+    if w.dataset.kind == DatasetKind.SESSIONS:  # every turn of every session, checked now
+        from vse.scenario import sessions
+
+        return s.model_copy(
+            update={"workload": w.model_copy(update={"num_prompts": sessions.resolve(path, w.dataset, set_n)})}
+        )
     if w.dataset.kind != DatasetKind.TRACE:
         return s
     from vse.scenario import trace
 
-    set_n = w.num_prompts if "num_prompts" in w.model_fields_set else None
     dataset, n = trace.resolve(path, w.dataset, set_n, w.warmup_requests, s.server.max_model_len)
     return s.model_copy(update={"workload": w.model_copy(update={"dataset": dataset, "num_prompts": n})})
 

@@ -92,3 +92,25 @@ def test_prompts_built_without_the_hashes_fail_the_check(live, tmp_path, monkeyp
     got, implied, _, _ = replay(live, tmp_path, seed=1, prompts=without_hashes(d, n + 2, monkeypatch))
     print(f"without hashes: hit rate {got:.3f} implied {implied:.3f}")
     assert abs(got - implied) > REUSE_TOLERANCE, (got, implied)
+
+
+def test_sessions_later_turns_meet_their_history_in_the_prefix_cache(live, tmp_path):
+    """Four sessions of three turns: turns 2 and 3 carry every earlier turn and answer, which vLLM
+    serves from its prefix cache (hits counted by vLLM itself), and the prompt grows turn by turn."""
+    d = DatasetSpec(
+        kind="sessions",
+        input_len=64,
+        output_len=16,
+        sessions={"count": 4, "min_turns": 3, "max_turns": 3, "think_s": 0.1},
+    )
+    w = WorkloadSpec(dataset=d, num_prompts=12, max_concurrency=4)
+    prompts = build_prompts(d, 12, str(MODEL))
+    sha = save_prompts(tmp_path / "s.jsonl", prompts)
+    res = run_repeat(Target(live.url, "smollm2"), RunPrompts(prompts, sha, str(MODEL)), w, tmp_path, 0)
+    recs = [r for r in res.records if r.phase == "measure"]
+    assert len(recs) == 12 and all(r.success for r in recs), [r.error for r in recs if not r.success][:3]
+    by_turn = {t: [r.usage_prompt_tokens for r in recs if r.turn == t] for t in range(3)}
+    assert min(by_turn[1]) > max(by_turn[0]) + 64 and min(by_turn[2]) > max(by_turn[1]) + 64
+    delta = res.meta["server_metrics_delta"]
+    # turns 2 and 3 reuse their history's whole 32-token blocks: about half of all prompt tokens
+    assert delta[HITS] / delta[QUERIES] > 0.4, (delta[HITS], delta[QUERIES])

@@ -95,6 +95,10 @@ PY
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --aa --budget $BUDGET ${BASE_RUN:+--base-run $BASE_RUN} $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/aa.log"; pack aa ;;
   ab)  # A/B: CUTLASS against torch._scaled_mm
     { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario $SC --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee "$OUT/ab.log"; pack ab ;;
+  trace)  # production-shaped traffic: 120 s of Mooncake's trace replayed by its timestamps into the 8B shapes,
+    # CUTLASS against torch (the summary's "Replay fidelity" has the send lag and vLLM's prefix reuse)
+    { time timeout -s TERM $LIMIT python3 -m vse.cli compare --scenario scenarios/h200-llama3.1-8b-fp8-trace.yaml \
+        --backend torch --budget $BUDGET $SET_ARGS; echo "exit code: $?"; } 2>&1 | tee -a "$OUT/trace.log"; pack trace ;;
   usage)  # what per-chunk usage costs: CUTLASS both arms, the baseline without continuous usage stats
     # (the decode gate needs usage on both arms). Throughput asks whether usage costs more than 1%,
     # first-wave TTFT more than 10%: its start-to-start spread leaves 1% undecided at any design the
@@ -184,5 +188,5 @@ PY
     { time VLLM_PYTHON=/tmp/releases/${BASE_REL:-0.25.1}/python python3 -m vse.cli check --scenario $SC --backend cutlass \
         --set arms.candidate.vllm.python=/tmp/releases/${CAND_REL:-0.26.0}/python; echo "exit code: $?"; } > "$OUT/check-releases.txt" 2>&1
     cat "$OUT/check-releases.txt" ;;
-  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report|release|bisect|headline"; exit 2 ;;
+  *) echo "usage: $0 stash N|gsm8k|preflight|vsbench|aa|ab|usage|apiserver|more|sweep|speed|gemm|whatif|agreement|fidelity|calib|calib-report|release|bisect|headline|trace"; exit 2 ;;
 esac

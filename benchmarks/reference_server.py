@@ -6,7 +6,9 @@ monotonic time at which it wrote every chunk. Client and server share the machin
 clock, so a client's timing error per chunk is (its arrival timestamp) - (the write time).
 
 Each request's first chunk carries "[rid=N]" so any client's generated text names its request.
-GET /writes returns {rid: [write_ns, ...]}; POST /reset clears them.
+GET /writes returns {rid: [write_ns, ...]}, GET /received {rid: the monotonic ns its request
+arrived}; POST /reset clears them. GET /clock returns the monotonic and the wall clock read at one
+instant, so that a client that stamps with time.time() can be set on the server's clock.
 
 Usage: python benchmarks/reference_server.py --port 18100 --ttft-ms 50 --itl-ms 20 [--tokens-per-chunk 1]
 """
@@ -24,11 +26,14 @@ from aiohttp import web
 
 def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Application:
     writes: dict[int, list[int]] = {}
+    received: dict[int, int] = {}
     counter = itertools.count()
 
     async def completions(request: web.Request) -> web.StreamResponse:
+        arrived = time.monotonic_ns()
         body = await request.json()
         rid = next(counter)
+        received[rid] = arrived
         n_tokens = int(body.get("max_tokens", 16))
         model = body.get("model", "reference")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -70,8 +75,15 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
     async def get_writes(_request: web.Request) -> web.Response:
         return web.json_response({str(k): v for k, v in writes.items()})
 
+    async def get_received(_request: web.Request) -> web.Response:
+        return web.json_response({str(k): v for k, v in received.items()})
+
+    async def clock(_request: web.Request) -> web.Response:
+        return web.json_response({"monotonic_ns": time.monotonic_ns(), "wall_ns": time.time_ns()})
+
     async def reset(_request: web.Request) -> web.Response:
         writes.clear()
+        received.clear()
         return web.json_response({"ok": True})
 
     async def health(_request: web.Request) -> web.Response:
@@ -85,6 +97,8 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
         [
             web.post("/v1/completions", completions),
             web.get("/writes", get_writes),
+            web.get("/received", get_received),
+            web.get("/clock", clock),
             web.post("/reset", reset),
             web.get("/health", health),
             web.get("/v1/models", models),

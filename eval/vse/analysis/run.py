@@ -74,6 +74,11 @@ class Analysis:
     def complete(self) -> bool:
         return self.run.get("status") == "complete"
 
+    @property
+    def run_id(self) -> str:
+        """The run's name from its run.json (a run made before 0.4 by its folder's)."""
+        return str(self.run.get("run") or self.run_dir.resolve().name)
+
 
 def analyze(
     run_dir: Path, *, noise_run: Path | None = None, gemm_file: Path | None = None, regate: Sequence[str] = ()

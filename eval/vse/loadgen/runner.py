@@ -222,7 +222,8 @@ async def _run_sessions(
     async def run_one(turns: list[Prompt]) -> None:
         await _sleep_until(t0 + int((turns[0].arrival_s or 0.0) * 1e9))
         history, sent = "", 0
-        for p in sorted(turns, key=lambda q: q.turn or 0):
+        turns = sorted(turns, key=lambda q: q.turn or 0)
+        for j, p in enumerate(turns):
             if sent:
                 await asyncio.sleep(p.think_s or 0.0)
             text = history + p.text
@@ -236,9 +237,7 @@ async def _run_sessions(
             if on_done:
                 on_done(rec)
             if not rec.success:
-                records.extend(
-                    _not_sent(q, f"not sent: turn {p.turn} of its session failed") for q in turns[turns.index(p) + 1 :]
-                )
+                records.extend(_not_sent(q, f"not sent: turn {p.turn} of its session failed") for q in turns[j + 1 :])
                 return
             history, sent = text + rec.text, (rec.usage_prompt_tokens or n_in) + rec.output_tokens
 

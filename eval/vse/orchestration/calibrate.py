@@ -126,7 +126,7 @@ def design_row(a) -> str:
         where = "fixed design (no sequential looks)"
     plan = f"{rs.server_starts} to {rs.max_server_starts}" if rs.max_server_starts else f"{rs.server_starts}"
     return (
-        f"| {a.run_dir.name} | {plan} per arm x {a.scenario.workload.repeats} run(s) | {made}"
+        f"| {a.run_id} | {plan} per arm x {a.scenario.workload.repeats} run(s) | {made}"
         f"{' (' + ', '.join(reused) + ' reused)' if reused else ''} | {where} | "
         f"{ExitCode.describe(a.exit_code)} (exit {a.exit_code}) | {server_minutes(run):.1f} |"
     )
@@ -153,11 +153,11 @@ def delivered_row(a) -> str | None:
     asked = spec.gpu_ms_per_step + spec.cpu_ms_per_step
     b, c = (engine_steps(a.arms[n]) for n in ("baseline", "candidate"))
     if b is None or c is None:
-        return f"| {a.run_dir.name} | +{asked:g} ms | not scraped | | |"
+        return f"| {a.run_id} | +{asked:g} ms | not scraped | | |"
     (bms, bn), (cms, cn) = b, c
     if abs(cn / bn - 1) > STEPS_TOLERANCE:
-        return f"| {a.run_dir.name} | +{asked:g} ms | steps per run differ: {bn:.0f} -> {cn:.0f} | | n/a |"
-    return f"| {a.run_dir.name} | +{asked:g} ms | {bms:.3f} -> {cms:.3f} ms | +{cms - bms:.3f} ms | {(cms - bms) / asked:.1%} |"
+        return f"| {a.run_id} | +{asked:g} ms | steps per run differ: {bn:.0f} -> {cn:.0f} | | n/a |"
+    return f"| {a.run_id} | +{asked:g} ms | {bms:.3f} -> {cms:.3f} ms | +{cms - bms:.3f} ms | {(cms - bms) / asked:.1%} |"
 
 
 def report(runs: list[Path], out: Path) -> int:
@@ -247,7 +247,7 @@ def markdown(rows: list[cal.Row], b: cal.BaselineFacts, analyses) -> str:
         ]
     for a in analyses:
         L.append(
-            f"- {a.run_dir.name}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "
+            f"- {a.run_id}: {len(a.arms.get('baseline').repeat_data) if 'baseline' in a.arms else 0} "
             f"baseline runs, {len(a.arms['candidate'].repeat_data) if 'candidate' in a.arms else 0} candidate "
             f"runs; exit {a.exit_code}; " + "; ".join(a.notes[:1])
         )

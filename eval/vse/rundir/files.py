@@ -106,7 +106,13 @@ class RunStatus:
             self.data["phases"].append({"phase": "resumed", "at": _now()})
         else:
             # the run's name as it was made: a report names the run by it, whatever the folder is called later
-            self.data = {"status": "running", "run": Path(run_dir).resolve().name, "started": _now(), "phases": [], **fields}
+            self.data = {
+                "status": "running",
+                "run": Path(run_dir).resolve().name,
+                "started": _now(),
+                "phases": [],
+                **fields,
+            }
         self.save()
 
     def phase(self, name: str, **info: Any) -> None:

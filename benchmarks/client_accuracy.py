@@ -58,6 +58,30 @@ def errors_ms(arrivals: dict[int, list[float]], writes: dict[int, list[int]]) ->
     return np.asarray(out)
 
 
+def start_reference(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
+    """benchmarks/reference_server.py on `port`, once it answers /health."""
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "reference_server.py"),
+            "--port",
+            str(port),
+            "--ttft-ms",
+            str(ttft_ms),
+            "--itl-ms",
+            str(itl_ms),
+        ],
+        start_new_session=True,
+    )
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return srv
+
+
 def run_ours(base: str, n: int, conc: int, out_tokens: int) -> dict[int, list[float]]:
     prompts = [Prompt(i, f"req {i}", 2, out_tokens) for i in range(n)]
     res = run_load(RequestParams(base, "reference"), prompts, LoadShape(max_concurrency=conc))
@@ -139,27 +163,9 @@ def main() -> None:
     ap.add_argument("--out", default="reports/client-accuracy")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
-    srv = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "reference_server.py"),
-            "--port",
-            str(a.port),
-            "--ttft-ms",
-            "50",
-            "--itl-ms",
-            str(a.itl_ms),
-        ],
-        start_new_session=True,
-    )
+    srv = start_reference(a.port, 50.0, a.itl_ms)
     rows = []
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/health", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
         for conc in a.concurrency:
             n = max(4, conc) if conc > 1 else 4
             clients = {

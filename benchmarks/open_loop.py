@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +38,7 @@ sys.path.insert(0, str(HERE.parent / "eval"))
 sys.path.insert(0, str(HERE))
 
 import vllm_bench_cli  # noqa: E402
-from client_accuracy import RID, _post, _writes  # noqa: E402
+from client_accuracy import RID, _post, _writes, start_reference  # noqa: E402
 
 from vse.loadgen.client import RequestParams  # noqa: E402
 from vse.loadgen.datasets import Prompt  # noqa: E402
@@ -165,19 +164,7 @@ def main() -> None:
     ap.add_argument("--out", default="reports/open-loop")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
-    srv = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "reference_server.py"),
-            "--port",
-            str(a.port),
-            "--ttft-ms",
-            str(TTFT_MS),
-            "--itl-ms",
-            str(ITL_MS),
-        ],
-        start_new_session=True,
-    )
+    srv = start_reference(a.port, TTFT_MS, ITL_MS)
     tools: dict[str, Callable[..., Seen]] = {
         f"suite client x{p}": (lambda p=p, **k: suite(processes=p, **k)) for p in a.processes
     }
@@ -186,12 +173,6 @@ def main() -> None:
         tools["AIPerf 0.13.0"] = lambda **k: aiperf(exe=a.aiperf, **k)
     rows = []
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/health", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
         for rate in a.rates:
             n = max(20, int(rate * a.seconds))
             for name, run in tools.items():

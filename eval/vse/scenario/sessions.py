@@ -5,7 +5,6 @@ The turns' texts and lengths are the run's (eval/vse/loadgen/datasets.py)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 
 from vse.errors import ScenarioError
 from vse.scenario import DatasetSpec
+from vse.scenario.trace import json_objects
 
 PLAN_SEED = 0x5E55  # the plan's stream, apart from the texts' (dataset.seed + run)
 
@@ -27,26 +27,18 @@ class SessionPlan:
 def conversations(path: str, count: int) -> list[list[str]]:
     """The user turns of the file's first `count` conversations."""
     out: list[list[str]] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ScenarioError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-            turns = row.get("turns") if isinstance(row, dict) else None
-            if turns is None and isinstance(row, dict) and isinstance(row.get("messages"), list):
-                turns = [m.get("content") for m in row["messages"] if isinstance(m, dict) and m.get("role") == "user"]
-            if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
-                raise ScenarioError(
-                    f'{where}: a conversation is {{"turns": ["user text", ...]}} or '
-                    '{"messages": [{"role": "user", "content": ...}, ...]} with at least one user turn'
-                )
-            out.append(turns)
-            if len(out) == count:
-                break
+    for _n, where, row in json_objects(path):
+        turns = row.get("turns")
+        if turns is None and isinstance(row.get("messages"), list):
+            turns = [m.get("content") for m in row["messages"] if isinstance(m, dict) and m.get("role") == "user"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise ScenarioError(
+                f'{where}: a conversation is {{"turns": ["user text", ...]}} or '
+                '{"messages": [{"role": "user", "content": ...}, ...]} with at least one user turn'
+            )
+        out.append(turns)
+        if len(out) == count:
+            break
     if not out:
         raise ScenarioError(f"{path}: no conversation in it")
     return out

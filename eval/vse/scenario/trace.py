@@ -11,7 +11,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -82,10 +82,9 @@ def read_rows(path: str, fmt: TraceFormat, block_tokens: int) -> list[TraceRow]:
     return list(_read_rows(path, os.stat(path).st_mtime_ns, fmt, block_tokens))
 
 
-@lru_cache(maxsize=4)
-def _read_rows(path: str, _mtime: int, fmt: TraceFormat, block_tokens: int) -> tuple[TraceRow, ...]:
-    reader = FORMATS[fmt]
-    rows: list[TraceRow] = []
+def json_objects(path: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, "file:line", the object) for each line of a JSONL file (gzip where it ends in
+    .gz), blank lines skipped; a line that is not a JSON object is one error naming it."""
     with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -97,18 +96,26 @@ def _read_rows(path: str, _mtime: int, fmt: TraceFormat, block_tokens: int) -> t
                 raise ScenarioError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
             if not isinstance(data, dict):
                 raise ScenarioError(f"{where}: not a JSON object")
-            ts, n_in, n_out, ids = reader(data, where)
-            if rows and ts < rows[-1].timestamp_s:
-                raise ScenarioError(
-                    f"{where}: timestamp {ts * 1000:g} ms goes back from {rows[-1].timestamp_s * 1000:g} ms "
-                    f"on line {rows[-1].line}; a trace is replayed in time order"
-                )
-            if len(ids) != -(-n_in // block_tokens):
-                raise ScenarioError(
-                    f"{where}: {len(ids)} hash_ids for {n_in} input tokens; blocks of {block_tokens} tokens "
-                    f"need {-(-n_in // block_tokens)} (workload.dataset.trace.block_tokens)"
-                )
-            rows.append(TraceRow(n, ts, n_in, n_out, ids))
+            yield n, where, data
+
+
+@lru_cache(maxsize=4)
+def _read_rows(path: str, _mtime: int, fmt: TraceFormat, block_tokens: int) -> tuple[TraceRow, ...]:
+    reader = FORMATS[fmt]
+    rows: list[TraceRow] = []
+    for n, where, data in json_objects(path):
+        ts, n_in, n_out, ids = reader(data, where)
+        if rows and ts < rows[-1].timestamp_s:
+            raise ScenarioError(
+                f"{where}: timestamp {ts * 1000:g} ms goes back from {rows[-1].timestamp_s * 1000:g} ms "
+                f"on line {rows[-1].line}; a trace is replayed in time order"
+            )
+        if len(ids) != -(-n_in // block_tokens):
+            raise ScenarioError(
+                f"{where}: {len(ids)} hash_ids for {n_in} input tokens; blocks of {block_tokens} tokens "
+                f"need {-(-n_in // block_tokens)} (workload.dataset.trace.block_tokens)"
+            )
+        rows.append(TraceRow(n, ts, n_in, n_out, ids))
     if not rows:
         raise ScenarioError(f"{path}: the trace has no request")
     return tuple(rows)

@@ -47,6 +47,7 @@ MEASUREMENT_KEYS = (
     "temperature",
     "client_processes",
     "usage_per_chunk",
+    "stages",
 )
 
 

@@ -430,6 +430,7 @@ def test_the_cpu_trace_replay_meets_the_traces_reuse_and_decides(tmp_path):
     assert all(abs(r["hit_rate"] - r["implied_rate"]) < 0.005 and r["implied_rate"] > 0.3 for r in rows)
     assert {g.get("metric"): g["outcome"] for g in res["gates"]}["median_ttft_ms"] == "pass"
     assert "## Replay fidelity" in (run / "summary.md").read_text()
+    assert "<h2>Replay fidelity</h2>" in (run / "report.html").read_text()  # the same section, in HTML
     # a run sent behind its schedule is listed as disturbed by the client, with its lag
     late = [d for d in res["disturbed_runs"] if "behind their scheduled times" in d["why"]]
     assert [d["arm"] for d in late] == ["baseline", "baseline"]

@@ -71,3 +71,15 @@ def test_stage_metrics_split_each_run_by_stage(reference_server):  # noqa: F811
 def test_stages_that_cannot_run_are_refused(overrides, why):
     with pytest.raises(ScenarioError, match=why):
         load_scenario("scenarios/cpu-smoke.yaml", overrides=overrides)
+
+
+def test_a_traffic_section_reads_the_same_in_html():
+    from vse.report.html import from_markdown
+
+    html = from_markdown(
+        ["## Stages", "", "Each run's requests.", "", "| Arm | Stage |", "|---|---:|", "| baseline | 1 |", ""]
+    )
+    assert html == (
+        "<h2>Stages</h2>\n<p>Each run&#x27;s requests.</p>\n"
+        "<table><tr><th>Arm</th><th>Stage</th></tr><tr><td>baseline</td><td>1</td></tr></table>"
+    )

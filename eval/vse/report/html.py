@@ -247,7 +247,28 @@ def render(a: Analysis) -> str:
         sweep_header=sweep.HEADER,
         sweep_rows=sweep.table_rows(a),
         sweep_intro=sweep.INTRO,
+        traffic=[from_markdown(lines) for lines in markdown.traffic_sections(a) if lines],
     )
+
+
+def from_markdown(lines: list[str]) -> Markup:
+    """A summary section as HTML (the traffic sections: replay fidelity, stages, turns): its title,
+    paragraphs and one table, so the two reports cannot say different things."""
+    out: list[str] = []
+    rows = [ln for ln in lines if ln.startswith("|")]
+    for ln in lines:
+        if ln.startswith("## "):
+            out.append(f"<h2>{html_lib.escape(ln[3:])}</h2>")
+        elif ln and not ln.startswith("|"):
+            out.append(f"<p>{_inline_md(ln)}</p>")
+        elif ln.startswith("|") and ln is rows[0]:
+            cells = [
+                [html_lib.escape(c.strip()) for c in r.strip("|").split("|")] for r in rows if not r.startswith("|---")
+            ]
+            head = "".join(f"<th>{c}</th>" for c in cells[0])
+            body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
+            out.append(f"<table><tr>{head}</tr>{body}</table>")
+    return Markup("\n".join(out))
 
 
 def _inline_md(text: str) -> str:

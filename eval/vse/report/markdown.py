@@ -308,6 +308,11 @@ def _turns(a: Analysis) -> list[str]:
     return L + [""]
 
 
+def traffic_sections(a: Analysis) -> list[list[str]]:
+    """The sections a replayed trace, a staged load or sessions add (report.html shows them too)."""
+    return [_replay(a), _stages(a), _turns(a)]
+
+
 def _arm_title(arm: ArmAnalysis, role: str) -> str:
     whatif = any(sv.get("whatif") for sv in arm.servers)
     return f"{role} ({arm.name}: {arm.label}, backend {arm.backend}" + (", WHAT-IF)" if whatif else ")")

@@ -91,40 +91,17 @@ def run_ours(base: str, n: int, conc: int, out_tokens: int) -> dict[int, list[fl
     return {int(RID.search(r.text).group(1)): [float(t) for t in r.chunk_ns] for r in res.records}
 
 
-def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, tokenizer: str) -> dict[int, list[float]]:
+def vllm_arrivals(base: str, vllm_python: str, tokenizer: str, out_tokens: int, *load: str) -> dict[int, list[float]]:
+    """`vllm bench serve` against the reference server with `load` (its --num-prompts and rate or
+    concurrency flags): every chunk's arrival per request (its start + TTFT + each ITL, on
+    perf_counter, the monotonic clock), keyed by the rid in the text."""
     with tempfile.TemporaryDirectory() as tmp:
         argv = vllm_bench_cli.argv(
             vllm_python,
-            "--backend",
-            "openai",
-            "--base-url",
-            base,
-            "--endpoint",
-            "/v1/completions",
-            "--model",
-            "reference",
-            "--tokenizer",
-            tokenizer,
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            "8",
-            "--random-output-len",
-            str(out_tokens),
-            "--num-prompts",
-            str(n),
-            "--max-concurrency",
-            str(conc),
-            "--ignore-eos",
-            "--save-result",
-            "--save-detailed",
-            "--result-dir",
-            tmp,
-            "--result-filename",
-            "r.json",
-            "--disable-tqdm",
-            "--ready-check-timeout-sec",
-            "0",
+            *("--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions", "--model", "reference"),
+            *("--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", "8"),
+            *("--random-output-len", str(out_tokens), *load, "--ignore-eos", "--save-result", "--save-detailed"),
+            *("--result-dir", tmp, "--result-filename", "r.json", "--disable-tqdm", "--ready-check-timeout-sec", "0"),
         )
         p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
         if p.returncode != 0:
@@ -132,13 +109,17 @@ def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, to
         d = json.loads((Path(tmp) / "r.json").read_text())
     out = {}
     for start, ttft, itls, text in zip(d["start_times"], d["ttfts"], d["itls"], d["generated_texts"]):
-        t = start + ttft
-        times = [t]
+        times = [start + ttft]
         for gap in itls:
-            t += gap
-            times.append(t)
+            times.append(times[-1] + gap)
         out[int(RID.search(text).group(1))] = [x * 1e9 for x in times]  # perf_counter s -> monotonic ns
     return out
+
+
+def run_vllm(base: str, n: int, conc: int, out_tokens: int, vllm_python: str, tokenizer: str) -> dict[int, list[float]]:
+    return vllm_arrivals(
+        base, vllm_python, tokenizer, out_tokens, "--num-prompts", str(n), "--max-concurrency", str(conc)
+    )
 
 
 def summarize(e: np.ndarray) -> dict[str, float]:

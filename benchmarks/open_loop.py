@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "eval"))
 sys.path.insert(0, str(HERE))
 
-import vllm_bench_cli  # noqa: E402
-from client_accuracy import RID, _post, _writes, start_reference  # noqa: E402
+from client_accuracy import RID, _post, _writes, start_reference, vllm_arrivals  # noqa: E402
 
 from vse.loadgen.client import RequestParams  # noqa: E402
 from vse.loadgen.datasets import Prompt  # noqa: E402
@@ -79,26 +77,8 @@ def suite(base: str, n: int, rate: float, processes: int, **_) -> Seen:
 
 
 def vllm(base: str, n: int, rate: float, vllm_python: str, tokenizer: str, **_) -> Seen:
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = vllm_bench_cli.argv(
-            vllm_python,
-            *("--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions", "--model", "reference"),
-            *("--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", "8"),
-            *("--random-output-len", str(TOKENS), "--num-prompts", str(n), "--request-rate", str(rate)),
-            *("--burstiness", "1000000", "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", tmp),
-            *("--result-filename", "r.json", "--disable-tqdm", "--ready-check-timeout-sec", "0"),
-        )
-        p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
-        if p.returncode != 0:
-            raise RuntimeError("vllm bench serve failed: " + (p.stderr or p.stdout)[-800:])
-        d = json.loads((Path(tmp) / "r.json").read_text())
-    out = {}
-    for start, ttft, itls, text in zip(d["start_times"], d["ttfts"], d["itls"], d["generated_texts"]):
-        times = [start + ttft]
-        for gap in itls:
-            times.append(times[-1] + gap)
-        out[int(RID.search(text).group(1))] = [x * 1e9 for x in times]  # perf_counter s: the monotonic clock
-    return Seen(out)
+    load = ("--num-prompts", str(n), "--request-rate", str(rate), "--burstiness", "1000000")
+    return Seen(vllm_arrivals(base, vllm_python, tokenizer, TOKENS, *load))
 
 
 def aiperf(base: str, n: int, rate: float, exe: str, tokenizer: str, **_) -> Seen:

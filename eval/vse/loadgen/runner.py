@@ -94,6 +94,22 @@ async def _sleep_until(deadline_ns: int) -> None:
         await asyncio.sleep(left / 1e9)
 
 
+async def _send(
+    session,
+    params: RequestParams,
+    text: str,
+    rec: RequestRecord,
+    count_tokens,
+    on_done: Callable[[RequestRecord], None] | None,
+    slot: contextlib.AbstractAsyncContextManager | None = None,
+) -> None:
+    """One request into `rec`, inside `slot` (a concurrency limit's semaphore) where there is one."""
+    async with slot or contextlib.nullcontext():
+        await stream_request(session, params, text, rec.expected_output_len, rec, count_tokens)
+    if on_done:
+        on_done(rec)
+
+
 async def _run_phase(
     session,
     params: RequestParams,
@@ -105,7 +121,7 @@ async def _run_phase(
     worker: int,
     t0_ns: int | None = None,
 ) -> list[RequestRecord]:
-    sem = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else None
+    sem = asyncio.Semaphore(shape.max_concurrency) if shape.max_concurrency else contextlib.nullcontext()
     offsets = schedule(prompts, shape) if phase == "measure" else np.zeros(len(prompts))
     start_ns = t0_ns or time.monotonic_ns()
     deadline_ns = start_ns + int(shape.duration_s * 1e9) if shape.duration_s and phase == "measure" else None
@@ -121,13 +137,7 @@ async def _run_phase(
             worker=worker,
         )
         records.append(rec)
-        if sem is None:
-            await stream_request(session, params, p.text, p.output_len, rec, count_tokens)
-        else:
-            async with sem:
-                await stream_request(session, params, p.text, p.output_len, rec, count_tokens)
-        if on_done:
-            on_done(rec)
+        await _send(session, params, p.text, rec, count_tokens, on_done, sem)
 
     tasks = []
     for p, off in zip(prompts, offsets):
@@ -160,9 +170,7 @@ async def _run_stages(
     async def one(p: Prompt, due_ns: int, stage: int) -> None:
         rec = RequestRecord(p.index, "measure", p.prompt_len, p.output_len, scheduled_ns=due_ns, stage=stage)
         records.append(rec)
-        await stream_request(session, params, p.text, p.output_len, rec, count_tokens)
-        if on_done:
-            on_done(rec)
+        await _send(session, params, p.text, rec, count_tokens, on_done)
 
     async def keep_busy(stage: int, end_ns: int) -> None:
         while time.monotonic_ns() < end_ns and (p := next(pending, None)) is not None:
@@ -232,10 +240,7 @@ async def _run_sessions(
                 p.index, "measure", n_in, p.output_len, scheduled_ns=time.monotonic_ns(), session=p.session, turn=p.turn
             )
             records.append(rec)
-            async with sem:
-                await stream_request(session, params, text, p.output_len, rec, count_tokens)
-            if on_done:
-                on_done(rec)
+            await _send(session, params, text, rec, count_tokens, on_done, sem)
             if not rec.success:
                 records.extend(_not_sent(q, f"not sent: turn {p.turn} of its session failed") for q in turns[j + 1 :])
                 return

@@ -81,7 +81,7 @@ class ReplayView:
         off = [r for r in self.rows if r.reuse_off]
         if not off:
             return out
-        runs = ", ".join(f"{r.arm} run {r.run} ({r.hit_rate:.1%} against {r.implied_rate:.1%})" for r in off)
+        runs = ", ".join(f"{r.arm} run {r.run + 1} ({r.hit_rate:.1%} against {r.implied_rate:.1%})" for r in off)
         return out + [
             f"**prefix reuse unlike the trace's** in {runs}: vLLM's prefix-cache hit rate is more than "
             f"{100 * REUSE_TOLERANCE:g} points from what the trace's hashes imply. The prompts did not carry the "
